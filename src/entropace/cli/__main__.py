@@ -1,0 +1,5 @@
+import sys
+
+from entropace.cli import main
+
+sys.exit(main())

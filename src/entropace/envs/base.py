@@ -1,0 +1,120 @@
+"""The text-environment protocol every entropace task family implements.
+
+An environment is a gymnasium-style, single-episode text world:
+
+* ``reset(seed) -> (observation, info)``: build instance ``seed`` (same seed, same instance,
+  same gold answer) and return the first observation the agent reads.
+* ``step(action) -> (observation, reward, terminated, truncated, info)``: apply one agent
+  action (the model's raw text for that turn).
+
+Conventions shared by every family (the trainer and the CLI rely on them):
+
+* ``info["success"]`` (bool) is present in every ``step`` info; it is True only on the step
+  that solves the instance.
+* ``info["parse_error"]`` (bool) is present in every ``step`` info; True when the action could
+  not be parsed as any valid action of the family (the trainer counts these as abnormal).
+* ``reset`` info carries ``task`` (family name), ``seed``, ``difficulty`` and ``gold`` (the
+  gold answer or goal, as text, for ``entropace envs sample`` and debugging; never shown to
+  the agent).
+* An environment never raises on a bad action: malformed, empty, huge or hostile actions get
+  an observation that explains what went wrong. It raises only on misuse by the caller
+  (``step`` before ``reset`` or after the episode ended).
+* Turn limits are enforced by :class:`TurnLimit`, which :func:`entropace.envs.make` wraps
+  around every environment: the step that reaches ``max_turns`` without termination returns
+  ``truncated=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class EnvError(RuntimeError):
+    """Raised when an environment is misused (step before reset, step after the end)."""
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """What every environment exposes.
+
+    Attributes:
+        name: the task family name (the key used in multi-task batches and metrics).
+        system_prompt: explains the action syntax to the agent; the trainer puts it in the
+            system turn of the chat.
+        max_turns: the number of agent actions after which the episode is truncated.
+    """
+
+    name: str
+    system_prompt: str
+    max_turns: int
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+
+Policy = Callable[[str], str]
+"""A policy maps the latest observation to the next action (used by scripted oracles)."""
+
+
+def check_difficulty(difficulty: str) -> str:
+    """Validate a difficulty option, naming the allowed values on error."""
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty must be one of {list(DIFFICULTIES)}, got {difficulty!r}")
+    return difficulty
+
+
+class TurnLimit:
+    """Wraps an environment and truncates the episode after ``max_turns`` actions.
+
+    Also enforces the call order (``reset`` before ``step``, no ``step`` after the episode
+    ended) and fills the standard info keys (``success``, ``parse_error``, ``turn``), so each
+    family only has to implement its own dynamics.
+    """
+
+    def __init__(self, env: TextEnv, max_turns: int | None = None) -> None:
+        self.env = env
+        self.max_turns = int(max_turns if max_turns is not None else env.max_turns)
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        self.turn = 0
+        self.done = True
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    @property
+    def system_prompt(self) -> str:
+        return self.env.system_prompt
+
+    def __getattr__(self, item: str) -> Any:  # delegate family-specific attributes
+        if item == "env":
+            raise AttributeError(item)
+        return getattr(self.env, item)
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        obs, info = self.env.reset(seed)
+        self.turn = 0
+        self.done = False
+        return obs, info
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            raise EnvError(f"{self.name}: step() called before reset() or after the episode ended")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be str, got {type(action).__name__}")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.turn += 1
+        info.setdefault("success", False)
+        info.setdefault("parse_error", False)
+        info["turn"] = self.turn
+        if not terminated and self.turn >= self.max_turns:
+            truncated = True
+        self.done = bool(terminated or truncated)
+        return obs, float(reward), bool(terminated), bool(truncated), info

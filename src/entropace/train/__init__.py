@@ -1,0 +1,1 @@
+"""entropace.train"""
