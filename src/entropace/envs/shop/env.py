@@ -1,0 +1,321 @@
+"""``shop``: WebShop-style shopping (Yao et al. 2022, arXiv 2207.01206).
+
+An instruction asks for a product with attributes, options and a price limit. The agent acts
+with ``search[query]`` and ``click[button]`` on text pages (search, results, item, item
+sub-pages) and ends by clicking ``Buy Now``. The reward is WebShop's: the fraction of the
+instruction's attributes, options and price constraint that the bought product satisfies,
+times a type-match factor; 1.0 only for an exact match (success).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from entropace.envs.base import StepResult, check_difficulty
+from entropace.envs.shop.catalogue import CATEGORIES, Product, build_catalogue
+from entropace.envs.shop.search import SearchIndex
+
+RESULTS_PER_PAGE = 10
+MAX_RESULTS = 50
+MAX_QUERY_CHARS = 200
+
+#: difficulty -> (attributes asked, option types asked (max), price factor range, max turns)
+LEVELS: dict[str, tuple[int, int, tuple[float, float], int]] = {
+    "easy": (1, 0, (1.5, 2.0), 10),
+    "medium": (2, 1, (1.2, 1.5), 15),
+    "hard": (3, 2, (1.02, 1.15), 20),
+}
+
+SYSTEM_PROMPT = """You are shopping on a web store for the user. Each turn you see a text page and \
+must reply with exactly one action on the last line:
+  search[<query>]   type a query in the search box (only on the search page)
+  click[<button>]   click a button shown in square brackets on the page: a product id such \
+as [B0ABC12345], an option value such as [black], [Next >], [< Prev], [Back to Search], \
+[Description], [Features] or [Buy Now]
+Open products, select every option the instruction asks for, check the price, then click \
+[Buy Now] to finish. You are scored on how well the bought product matches the instruction.
+Example: search[waterproof hiking boots]"""
+
+_ACTION = re.compile(r"(search|click)\s*\[([^\[\]\n]*)\]", re.IGNORECASE)
+
+
+def parse_action(text: str) -> tuple[str, str] | None:
+    """The last ``search[...]`` or ``click[...]`` in ``text`` as ``(verb, argument)``, or None.
+
+    The argument is stripped; the verb is lower-cased. Any text around the action (for example
+    a thought before it) is ignored.
+    """
+    matches = _ACTION.findall(text[-4000:]) if isinstance(text, str) else []
+    if not matches:
+        return None
+    verb, arg = matches[-1]
+    return verb.lower(), arg.strip()
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the instruction asks for."""
+
+    category: str
+    attributes: tuple[str, ...]
+    options: tuple[tuple[str, str], ...]
+    price_limit: float
+    target_asin: str
+    instruction: str
+
+
+def shop_reward(goal: Goal, product: Product, selected: dict[str, str]) -> float:
+    """WebShop's reward for buying ``product`` with ``selected`` options.
+
+    ``r = r_type * (|attrs matched| + |options matched| + 1[price <= limit]) / (|attrs| + |options| + 1)``
+    with ``r_type`` = 1 for the asked category, 0.5 for the same department, 0.1 otherwise.
+    """
+    if product.category == goal.category:
+        r_type = 1.0
+    elif product.department == CATEGORIES[goal.category][0]:
+        r_type = 0.5
+    else:
+        r_type = 0.1
+    attrs = sum(a in product.attributes for a in goal.attributes)
+    opts = sum(selected.get(name) == value for name, value in goal.options)
+    price = float(product.price <= goal.price_limit)
+    return r_type * (attrs + opts + price) / (len(goal.attributes) + len(goal.options) + 1)
+
+
+def make_goal(products: tuple[Product, ...], seed: int, difficulty: str) -> Goal:
+    """The instruction of instance ``seed``: drawn from a target product so it is satisfiable."""
+    rng = random.Random(f"shop/{difficulty}/{seed}")
+    n_attr, n_opt, (flo, fhi), _ = LEVELS[difficulty]
+    target = products[rng.randrange(len(products))]
+    attributes = tuple(rng.sample(target.attributes, min(n_attr, len(target.attributes))))
+    option_items = list(target.options)
+    rng.shuffle(option_items)
+    options = tuple((name, rng.choice(values)) for name, values in option_items[:n_opt])
+    limit = math.ceil(target.price * rng.uniform(flo, fhi) * 100) / 100
+    limit = max(limit, target.price)
+    noun = target.category
+    wanted = attributes[0] if len(attributes) == 1 else ", ".join(attributes[:-1]) + " and " + attributes[-1]
+    parts = [f"i am looking for {wanted} {noun}"]
+    parts += [f"with {name}: {value}" for name, value in options]
+    instruction = ", ".join(parts) + f", and price lower than {limit:.2f} dollars"
+    return Goal(target.category, attributes, options, limit, target.asin, instruction)
+
+
+@dataclass
+class _Page:
+    kind: str = "search"  # search | results | item | description | features
+    query: str = ""
+    results: list[int] = field(default_factory=list)
+    page: int = 0
+    item: int = -1
+    selected: dict[str, str] = field(default_factory=dict)
+
+
+class ShopEnv:
+    """The ``shop`` family (see module docstring). Options: ``difficulty``."""
+
+    name = "shop"
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(self, difficulty: str = "easy") -> None:
+        self.difficulty = check_difficulty(difficulty)
+        self.max_turns = LEVELS[difficulty][3]
+        self.products = build_catalogue()
+        self.index = _shared_index(self.products)
+        self.asin_index = {p.asin: i for i, p in enumerate(self.products)}
+        self.goal: Goal | None = None
+        self.page = _Page()
+
+    # --- protocol ------------------------------------------------------------------------------
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        self.goal = make_goal(self.products, seed, self.difficulty)
+        self.page = _Page()
+        info = {
+            "task": self.name,
+            "seed": seed,
+            "difficulty": self.difficulty,
+            "gold": f"{self.goal.instruction} (e.g. {self.goal.target_asin})",
+            "instruction": self.goal.instruction,
+        }
+        return self.render(), info
+
+    def step(self, action: str) -> StepResult:
+        if self.goal is None:
+            raise RuntimeError("shop: step() before reset()")
+        parsed = parse_action(action)
+        if parsed is None:
+            return self._stay(
+                "Invalid action: reply with search[<query>] or click[<button>].", parse_error=True
+            )
+        verb, arg = parsed
+        if verb == "search":
+            return self._search(arg)
+        return self._click(arg)
+
+    # --- transitions ---------------------------------------------------------------------------
+    def _stay(self, message: str, *, parse_error: bool = False) -> StepResult:
+        return (
+            f"{message}\n\n{self.render()}",
+            0.0,
+            False,
+            False,
+            {"success": False, "parse_error": parse_error},
+        )
+
+    def _search(self, query: str) -> StepResult:
+        if self.page.kind != "search":
+            return self._stay("There is no search box on this page: click[Back to Search] first.")
+        if not query:
+            return self._stay("The search query is empty.")
+        query = query[:MAX_QUERY_CHARS]
+        self.page = _Page(
+            kind="results", query=query, results=self.index.search(query, MAX_RESULTS)
+        )
+        return self.render(), 0.0, False, False, {"success": False, "parse_error": False}
+
+    def _click(self, button: str) -> StepResult:
+        key = button.strip().lower()
+        page = self.page
+        ok = {"success": False, "parse_error": False}
+        if key == "back to search" and page.kind != "search":
+            self.page = _Page()
+            return self.render(), 0.0, False, False, ok
+        if page.kind == "results":
+            n_pages = max(1, math.ceil(len(page.results) / RESULTS_PER_PAGE))
+            if key == "next >" and page.page + 1 < n_pages:
+                page.page += 1
+                return self.render(), 0.0, False, False, ok
+            if key == "< prev" and page.page > 0:
+                page.page -= 1
+                return self.render(), 0.0, False, False, ok
+            idx = self.asin_index.get(button.strip().upper())
+            if idx is not None and idx in self.visible_results():
+                page.kind, page.item, page.selected = "item", idx, {}
+                return self.render(), 0.0, False, False, ok
+        elif page.kind == "item":
+            product = self.products[page.item]
+            if key == "buy now":
+                reward = shop_reward(self.goal, product, page.selected)  # type: ignore[arg-type]
+                success = reward >= 1.0 - 1e-9
+                obs = f"Thank you for shopping with us! You bought {product.asin} with options {page.selected or 'none'}. Reward: {reward:.3f}"
+                return (
+                    obs,
+                    reward,
+                    True,
+                    False,
+                    {"success": success, "parse_error": False, "bought": product.asin},
+                )
+            if key == "< prev":
+                page.kind = "results"
+                return self.render(), 0.0, False, False, ok
+            if key in ("description", "features"):
+                page.kind = key
+                return self.render(), 0.0, False, False, ok
+            for name, values in product.options:
+                if key in values:
+                    page.selected[name] = key
+                    return self.render(), 0.0, False, False, ok
+        elif page.kind in ("description", "features") and key == "< prev":
+            page.kind = "item"
+            return self.render(), 0.0, False, False, ok
+        return self._stay(f"There is no button [{button[:60]}] on this page.")
+
+    # --- rendering -----------------------------------------------------------------------------
+    def visible_results(self) -> list[int]:
+        start = self.page.page * RESULTS_PER_PAGE
+        return self.page.results[start : start + RESULTS_PER_PAGE]
+
+    def render(self) -> str:
+        """The current page as text (WebShop's simple observation mode, one element a line)."""
+        assert self.goal is not None
+        page = self.page
+        lines = [f"Instruction: {self.goal.instruction}"]
+        if page.kind == "search":
+            lines.append("[Search]")
+        elif page.kind == "results":
+            n_pages = max(1, math.ceil(len(page.results) / RESULTS_PER_PAGE))
+            lines.append("[Back to Search]")
+            lines.append(
+                f"Page {page.page + 1} of {n_pages} (total results: {len(page.results)}) for '{page.query}'"
+            )
+            if page.page > 0:
+                lines.append("[< Prev]")
+            if page.page + 1 < n_pages:
+                lines.append("[Next >]")
+            if not page.results:
+                lines.append("No products match your query.")
+            for idx in self.visible_results():
+                product = self.products[idx]
+                lines.append(f"[{product.asin}] {product.title} | ${product.price:.2f}")
+        else:
+            product = self.products[page.item]
+            lines.append("[Back to Search]")
+            lines.append("[< Prev]")
+            if page.kind == "item":
+                lines.append(product.title)
+                lines.append(f"Price: ${product.price:.2f}")
+                lines.append(f"Rating: {product.rating:.1f} out of 5")
+                for name, values in product.options:
+                    lines.append(f"{name}: " + " ".join(f"[{v}]" for v in values))
+                chosen = ", ".join(f"{k}={v}" for k, v in sorted(page.selected.items())) or "none"
+                lines.append(f"Selected options: {chosen}")
+                lines.append("[Description] [Features] [Buy Now]")
+            elif page.kind == "features":
+                lines.append("Features:")
+                lines += [f"- {a}" for a in product.attributes]
+            else:
+                lines.append(
+                    f"{product.title}. A {', '.join(product.attributes)} {product.category[:-1] if product.category.endswith('s') else product.category} "
+                    f"from our {product.department} department."
+                )
+        return "\n".join(lines)
+
+
+_INDEX_CACHE: dict[int, SearchIndex] = {}
+
+
+def _shared_index(products: tuple[Product, ...]) -> SearchIndex:
+    """One search index per catalogue and process (building it takes ~0.1 s)."""
+    key = id(products)
+    if key not in _INDEX_CACHE:
+        _INDEX_CACHE[key] = SearchIndex(products)
+    return _INDEX_CACHE[key]
+
+
+def oracle(env: Any) -> Any:
+    """Scripted policy for the current instance: search the target's title, page to it, open
+    it, select the asked options, buy. Acts only through actions."""
+    inner: ShopEnv = getattr(env, "env", env)
+    goal = inner.goal
+    assert goal is not None, "call reset() before oracle()"
+    target = inner.products[inner.asin_index[goal.target_asin]]
+    pending = [value for _name, value in goal.options]
+
+    def policy(observation: str) -> str:
+        page = inner.page
+        if page.kind == "search":
+            return f"search[{target.title} {' '.join(goal.attributes)}]"
+        if page.kind == "results":
+            if inner.asin_index[goal.target_asin] in inner.visible_results():
+                return f"click[{goal.target_asin}]"
+            n_pages = math.ceil(len(page.results) / RESULTS_PER_PAGE)
+            return "click[Next >]" if page.page + 1 < n_pages else "click[Back to Search]"
+        if page.kind in ("description", "features"):
+            return "click[< Prev]"
+        for value in pending:
+            if page.selected.get(_option_name(target, value)) != value:
+                return f"click[{value}]"
+        return "click[Buy Now]"
+
+    return policy
+
+
+def _option_name(product: Product, value: str) -> str:
+    for name, values in product.options:
+        if value in values:
+            return name
+    return ""
