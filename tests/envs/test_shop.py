@@ -164,9 +164,10 @@ def test_same_seed_same_instance_and_truncation() -> None:
     assert a.reset(7)[1]["gold"] != a.reset(8)[1]["gold"]
     env = make("shop", difficulty="easy")
     env.reset(0)
-    for turn in range(env.max_turns):
-        *_, terminated, truncated, _ = env.step("click[nothing]")
-    assert truncated and not terminated and turn + 1 == 10
+    results = [env.step("click[nothing]") for _ in range(env.max_turns)]
+    assert env.max_turns == 10
+    assert [r[3] for r in results] == [False] * 9 + [True]
+    assert not any(r[2] for r in results)
 
 
 def test_spec_registered() -> None:
