@@ -1,0 +1,113 @@
+"""The reference / EMA-ratio tracker shared by the EPPO pacer and the PAPO polarity controller.
+
+ALGORITHMS.md section 3: a signal ``x(s)`` (a task's mean token entropy for EPPO, the batch mean
+entropy for PAPO) is turned into an EMA-smoothed retained ratio
+
+    H^ref = mean of x over the first ``warmup_steps`` observations
+    q(s)  = x(s) / H^ref
+    m(s)  = beta * m(s-1) + (1 - beta) * q(s),      m = 1 at the start.
+
+Warmup rule (our choice, the spec leaves it open for ``warmup_steps > 1``): during the first
+``warmup_steps`` observations the values are only collected, ``m`` stays at 1 (the reference is
+not known yet); the first EMA update is at observation ``warmup_steps + 1``. With the default
+``warmup_steps = 1`` this is exactly the spec's recursion, whose first update has ``q = 1`` and
+so leaves ``m = 1``.
+
+A reference below ``REF_FLOOR = 1e-6`` (a signal that starts at 0, e.g. a reward variance when
+every group fails) has nothing meaningful to be a ratio of (dividing by it would blow ``q`` up by
+orders of magnitude): then ``q(s) = x(s)`` (the raw value). It is 0 while the
+signal stays at 0, the same value as a ratio that lost everything, and grows when it departs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+REF_FLOOR = 1e-6
+
+
+@dataclass
+class RatioEMA:
+    """State of one EMA ratio ``m`` (plain floats, JSON-serialisable via :meth:`state_dict`)."""
+
+    beta: float
+    warmup_steps: int
+    count: int = 0
+    warmup_values: list[float] = field(default_factory=list)
+    ref: float | None = None
+    m: float = 1.0
+    m_prev: float = 1.0
+
+    @property
+    def warm(self) -> bool:
+        """True once the reference is known and ``m`` has been updated at least once."""
+        return self.count > self.warmup_steps
+
+    def observe(self, x: float) -> None:
+        """Record one observation ``x`` (finite, >= 0; checked by the caller).
+
+        Raises:
+            OverflowError: ``m`` would not be finite (the state is then left unchanged).
+        """
+        if self.count < self.warmup_steps:
+            self.count += 1
+            self.warmup_values.append(float(x))
+            if self.count == self.warmup_steps:
+                self.ref = math.fsum(self.warmup_values) / len(self.warmup_values)
+            return
+        assert self.ref is not None
+        q = x / self.ref if self.ref >= REF_FLOOR else float(x)
+        m = self.beta * self.m + (1.0 - self.beta) * q
+        if not math.isfinite(m):
+            raise OverflowError(f"EMA ratio overflowed (x={x!r}, ref={self.ref!r})")
+        self.count += 1
+        self.m_prev, self.m = self.m, m
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "warmup_values": list(self.warmup_values),
+            "ref": self.ref,
+            "m": self.m,
+            "m_prev": self.m_prev,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = int(state["count"])
+        self.warmup_values = [float(v) for v in state["warmup_values"]]
+        self.ref = None if state["ref"] is None else float(state["ref"])
+        self.m = float(state["m"])
+        self.m_prev = float(state["m_prev"])
+
+
+def check_beta_warmup(beta: float, warmup_steps: int) -> None:
+    """Shared validation of the EMA options (clear errors naming the option)."""
+    if not (isinstance(beta, int | float) and 0.0 <= beta < 1.0):
+        raise ValueError(f"beta must be a float in [0, 1), got {beta!r}")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be an int >= 1, got {warmup_steps!r}")
+
+
+def check_value(name: str, x: Any, *, lo: float = 0.0, hi: float = math.inf) -> float:
+    """``float(x)`` if finite and in ``[lo, hi]``, else a ValueError naming ``name``."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {x!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: non-finite value {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: value {v!r} outside [{lo}, {hi}]")
+    return v
+
+
+def check_same_config(owner: str, mine: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Raise a ValueError listing every option where a saved state's config differs."""
+    diff = sorted(k for k in mine.keys() | saved.keys() if mine.get(k) != saved.get(k))
+    if diff:
+        raise ValueError(
+            f"{owner}.load_state_dict: config mismatch on "
+            + ", ".join(f"{k} (saved {saved.get(k)!r}, here {mine.get(k)!r})" for k in diff)
+        )

@@ -1,0 +1,315 @@
+"""EPPO's entropy pacer: a per-task PPO clip range paced by each task's retained entropy.
+
+Reference: Hu et al., "Entropy Pacing Policy Optimization for Multi-Task Agentic Reinforcement
+Learning" (arXiv 2607.07178), as formulated in ``docs/ALGORITHMS.md`` section 3.
+
+Per training step ``s`` and task ``k`` present in the step's rollout batch:
+
+    q_k(s)   = h_k(s) / H_k^ref                           (H_k^ref: mean of the first
+                                                            ``warmup_steps`` observed h_k)
+    m_k(s)   = beta m_k(s-1) + (1 - beta) q_k(s)          (m_k = 1 at the start)
+    z_k      = (m_k - mean_j m_j) / (std_j m_j + 1e-8)    (j over the present, warmed-up tasks;
+                                                            population std; z = 0 if < 2 tasks)
+    eps_k    = eps0 (1 + alpha tanh z_k)
+    delta_k  = max(0, m_k(s) - m_k(s-1)) / m_k(s-1)       (trend constraint, if ``trend``)
+    eps_k   <- eps_k / (1 + delta_k)
+    eps_k   <- clip(eps_k, eps_min, eps_max)
+
+The clip bounds of task k's tokens are ``[1 - eps_k, 1 + eps_high_k]`` with ``eps_high_k = eps_k``
+(symmetric) or ``eps_k * eps_high0 / eps0`` (asymmetric variant, ``eps_high0`` given).
+
+Conventions the spec leaves open (ours, tested):
+
+- Warmup: during a task's first ``warmup_steps`` observations its reference is being collected,
+  ``m_k`` stays 1, it gets ``eps_k = eps0`` exactly, ``z_k = delta_k = 0``, and it is not part of
+  the cohort over which the other tasks' z-scores are computed.
+- A task absent from a step keeps its state and its last ``eps_k`` (it is neither updated nor part
+  of that step's cohort).
+- ``m_k(s-1)`` in the trend denominator is floored at 1e-8 (it is > 0 whenever ``beta > 0``).
+
+Ablations (EPPO paper Table 4 and the control its review asks for):
+
+- ``task_wise=False`` ("w/o task-wise clip"): the paper's baseline is GRPO's global fixed clip,
+  so every task gets ``eps0`` (and ``eps_high0``) every step. ``m``, ``z`` and ``delta`` are still
+  tracked and logged, so the run shows the pace mismatch the clip is not reacting to.
+- ``trend=False`` ("w/o trend constraint"): ``delta_k`` is computed and logged, not applied.
+- ``signal``: what drives the pacer in the slot of ``h_k``:
+
+  * ``"entropy"`` (EPPO): ``x_k = h_k``, the mean sampling entropy of task k's tokens.
+  * ``"success"``: ``x_k = 1 - success_k``, the task's failure rate. Success rises as a task is
+    learnt while entropy falls; the failure rate falls like entropy does, so the pacer keeps its
+    meaning: the task furthest ahead of the cohort (relative to where it started) gets the
+    tighter trust region, the lagging one the looser one. The EMA ``m_k`` makes it the "EMA
+    success rate" control; ``q_k`` is the failure rate relative to the task's starting failure
+    rate (the raw failure rate if that was below 1e-6: the task started solved).
+  * ``"reward_var"``: ``x_k`` = the task's reward variance in the batch (high while the task
+    still separates good from bad episodes, 0 once it is solved or hopeless), used like entropy.
+
+  The present tasks of a step are the keys of the dict that drives the signal. A reference
+  below 1e-6 makes ``q_k`` the raw value ``x_k`` (see :mod:`entropace.control._ratio`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from entropace.control._ratio import (
+    RatioEMA,
+    check_beta_warmup,
+    check_same_config,
+    check_value,
+)
+
+__all__ = ["EntropyPacer", "PacerConfig", "SIGNALS"]
+
+Z_EPS = 1e-8
+M_FLOOR = 1e-8
+
+
+@dataclass(frozen=True)
+class _Signal:
+    """How one driving signal enters the pacer: which ``update`` argument, and its transform."""
+
+    argument: str  # the ``update`` keyword that carries it
+    upper: float  # largest valid input value
+    transform: Callable[[float], float]  # input value -> x_k, the value in the slot of h_k
+
+
+#: The signals the pacer can be driven by (``signal=`` option).
+SIGNALS: dict[str, _Signal] = {
+    "entropy": _Signal("task_entropy", math.inf, lambda h: h),
+    "success": _Signal("task_success", 1.0, lambda success: 1.0 - success),
+    "reward_var": _Signal("task_reward_var", math.inf, lambda var: var),
+}
+_UPPER = {s.argument: s.upper for s in SIGNALS.values()}
+
+
+@dataclass(frozen=True)
+class PacerConfig:
+    """Validated options of :class:`EntropyPacer` (defaults: EPPO paper / ALGORITHMS.md)."""
+
+    eps0: float = 0.2
+    alpha: float = 0.4
+    beta: float = 0.95
+    eps_min: float = 0.15
+    eps_max: float = 0.30
+    warmup_steps: int = 1
+    trend: bool = True
+    task_wise: bool = True
+    signal: str = "entropy"
+    eps_high0: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("eps0", "eps_min", "eps_max"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and 0.0 < v < 1.0):
+                raise ValueError(f"{name} must be a float in (0, 1), got {v!r}")
+        if not self.eps_min <= self.eps0 <= self.eps_max:
+            raise ValueError(
+                f"need eps_min <= eps0 <= eps_max, got eps_min={self.eps_min}, "
+                f"eps0={self.eps0}, eps_max={self.eps_max}"
+            )
+        if not (isinstance(self.alpha, int | float) and 0.0 <= self.alpha < 1.0):
+            raise ValueError(f"alpha must be a float in [0, 1), got {self.alpha!r}")
+        check_beta_warmup(self.beta, self.warmup_steps)
+        for name in ("trend", "task_wise"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.signal not in SIGNALS:
+            raise ValueError(
+                f"unknown signal {self.signal!r}; allowed values: {', '.join(sorted(SIGNALS))}"
+            )
+        if self.eps_high0 is not None and not (
+            isinstance(self.eps_high0, int | float) and 0.0 < self.eps_high0
+        ):
+            raise ValueError(f"eps_high0 must be None or a float > 0, got {self.eps_high0!r}")
+
+
+@dataclass
+class _TaskState:
+    tracker: RatioEMA
+    eps: float
+    z: float = 0.0
+    delta: float = 0.0
+    last_input: float | None = None
+
+
+class EntropyPacer:
+    """EPPO's task-wise clip controller (see the module docstring for the formulas).
+
+    Example::
+
+        pacer = EntropyPacer()
+        eps = pacer.update({"alfworld": 0.91, "db": 1.40})   # {task: eps_k}, once per step
+        lo_hi = pacer.bounds()                                # {task: (eps_low, eps_high)}
+    """
+
+    def __init__(self, config: PacerConfig | None = None, **options: Any) -> None:
+        """Build from a validated ``config`` or from its fields as keyword options."""
+        if config is not None and options:
+            raise ValueError("pass either config= or keyword options, not both")
+        self.config = config if config is not None else PacerConfig(**options)
+        self._tasks: dict[str, _TaskState] = {}
+        self.steps = 0
+
+    # ----------------------------------------------------------------------------------- update
+    def update(
+        self,
+        task_entropy: Mapping[str, float],
+        *,
+        task_success: Mapping[str, float] | None = None,
+        task_reward_var: Mapping[str, float] | None = None,
+    ) -> dict[str, float]:
+        """Advance one training step; return ``{task: eps_k}`` for the tasks present.
+
+        Args:
+            task_entropy: ``{task: h_k}``, mean sampling entropy of the task's masked tokens.
+            task_success: ``{task: success rate in [0, 1]}`` (needed for ``signal="success"``).
+            task_reward_var: ``{task: reward variance >= 0}`` (for ``signal="reward_var"``).
+
+        Raises:
+            ValueError: a NaN/inf/out-of-range value (naming the task), or the signal's input
+                missing.
+        """
+        cfg = self.config
+        inputs = {
+            "task_entropy": task_entropy,
+            "task_success": task_success,
+            "task_reward_var": task_reward_var,
+        }
+        for arg, values in inputs.items():
+            if values is not None:
+                for task, v in values.items():
+                    check_value(f"{arg}[{task!r}]", v, hi=_UPPER[arg])
+        sig = SIGNALS[cfg.signal]
+        driving = inputs[sig.argument]
+        if driving is None:
+            raise ValueError(f"signal={cfg.signal!r} needs the {sig.argument}= argument")
+
+        backup = self.state_dict()  # restored if a task's ratio overflows mid-step
+        self.steps += 1
+        present = list(driving)
+        for task in present:
+            state = self._tasks.get(task)
+            if state is None:
+                state = _TaskState(RatioEMA(cfg.beta, cfg.warmup_steps), eps=cfg.eps0)
+                self._tasks[task] = state
+            x = sig.transform(float(driving[task]))
+            try:
+                state.tracker.observe(x)
+            except OverflowError as err:
+                self.load_state_dict(backup)
+                raise ValueError(f"{sig.argument}[{task!r}]: {err}") from None
+            state.last_input = x
+
+        # Pace z-score over the present tasks whose reference is known (population std).
+        cohort = [t for t in present if self._tasks[t].tracker.warm]
+        ms = [self._tasks[t].tracker.m for t in cohort]
+        if len(cohort) >= 2:
+            mean = math.fsum(ms) / len(ms)
+            scale = max(abs(m - mean) for m in ms)  # scaled so that huge m cannot overflow
+            dev2 = math.fsum(((m - mean) / scale) ** 2 for m in ms) if scale > 0 else 0.0
+            std = scale * math.sqrt(dev2 / len(ms))
+        for task in present:
+            state = self._tasks[task]
+            tr = state.tracker
+            if not tr.warm:
+                state.eps, state.z, state.delta = cfg.eps0, 0.0, 0.0
+                continue
+            state.z = (tr.m - mean) / (std + Z_EPS) if len(cohort) >= 2 else 0.0
+            state.delta = max(0.0, tr.m - tr.m_prev) / max(tr.m_prev, M_FLOOR)
+            if not cfg.task_wise:
+                state.eps = cfg.eps0
+                continue
+            eps = cfg.eps0 * (1.0 + cfg.alpha * math.tanh(state.z))
+            if cfg.trend:
+                eps = eps / (1.0 + state.delta)
+            state.eps = min(max(eps, cfg.eps_min), cfg.eps_max)
+        return {task: self._tasks[task].eps for task in present}
+
+    # ---------------------------------------------------------------------------------- queries
+    @property
+    def tasks(self) -> list[str]:
+        """Every task seen so far, in first-seen order."""
+        return list(self._tasks)
+
+    def eps(self) -> dict[str, float]:
+        """``{task: eps_k}``, the last value of every task seen (absent ones keep theirs)."""
+        return {t: s.eps for t, s in self._tasks.items()}
+
+    def eps_high(self) -> dict[str, float]:
+        """``{task: eps_high_k}``: ``eps_k``, or ``eps_k * eps_high0 / eps0`` if asymmetric."""
+        cfg = self.config
+        scale = 1.0 if cfg.eps_high0 is None else cfg.eps_high0 / cfg.eps0
+        return {t: s.eps * scale for t, s in self._tasks.items()}
+
+    def bounds(self) -> dict[str, tuple[float, float]]:
+        """``{task: (eps_low, eps_high)}``; token ratios are clipped to ``[1-lo, 1+hi]``."""
+        high = self.eps_high()
+        return {t: (s.eps, high[t]) for t, s in self._tasks.items()}
+
+    def snapshot(self) -> dict[str, dict[str, float | None]]:
+        """Per task: ``eps_low, eps_high, m, z, delta, ref, input`` (for logging)."""
+        high = self.eps_high()
+        return {
+            t: {
+                "eps_low": s.eps,
+                "eps_high": high[t],
+                "m": s.tracker.m,
+                "z": s.z,
+                "delta": s.delta,
+                "ref": s.tracker.ref,
+                "input": s.last_input,
+            }
+            for t, s in self._tasks.items()
+        }
+
+    def metrics(self, tasks: list[str] | None = None) -> dict[str, float]:
+        """Flat ``metrics.jsonl`` keys: ``task/<k>/{eps_low,eps_high,pace_m,pace_z}``."""
+        out: dict[str, float] = {}
+        for t, snap in self.snapshot().items():
+            if tasks is not None and t not in tasks:
+                continue
+            out[f"task/{t}/eps_low"] = float(snap["eps_low"])  # type: ignore[arg-type]
+            out[f"task/{t}/eps_high"] = float(snap["eps_high"])  # type: ignore[arg-type]
+            out[f"task/{t}/pace_m"] = float(snap["m"])  # type: ignore[arg-type]
+            out[f"task/{t}/pace_z"] = float(snap["z"])  # type: ignore[arg-type]
+        return out
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state (config, step count, per-task trackers and outputs)."""
+        return {
+            "config": asdict(self.config),
+            "steps": self.steps,
+            "tasks": {
+                t: {
+                    "tracker": s.tracker.state_dict(),
+                    "eps": s.eps,
+                    "z": s.z,
+                    "delta": s.delta,
+                    "last_input": s.last_input,
+                }
+                for t, s in self._tasks.items()
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; the config must equal this pacer's."""
+        check_same_config("EntropyPacer", asdict(self.config), dict(state["config"]))
+        tasks: dict[str, _TaskState] = {}
+        for t, s in state["tasks"].items():
+            tracker = RatioEMA(self.config.beta, self.config.warmup_steps)
+            tracker.load_state_dict(s["tracker"])
+            tasks[t] = _TaskState(
+                tracker,
+                eps=float(s["eps"]),
+                z=float(s["z"]),
+                delta=float(s["delta"]),
+                last_input=None if s["last_input"] is None else float(s["last_input"]),
+            )
+        self._tasks = tasks
+        self.steps = int(state["steps"])

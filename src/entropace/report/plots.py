@@ -1,0 +1,213 @@
+"""The report's figures: one column per run, one row per panel, a fixed colour per task.
+
+Matplotlib's object API with the Agg canvas (``Figure`` + ``savefig``), so no global backend or
+pyplot state is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from entropace.diagnostics import ema_smooth
+from entropace.report.runs import RunData
+
+__all__ = ["FigureSpec", "Panel", "draw_figure", "figures", "task_colours"]
+
+# A panel draws one run into one axes and returns False if the run has none of its data.
+PanelFn = Callable[["object", RunData, dict[str, str]], bool]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes per run: its title, how to draw it, whether a run has any of its metrics."""
+
+    title: str
+    draw: PanelFn
+    has_data: Callable[[RunData], bool]
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One PNG: its file name, a caption and its panels (rows)."""
+
+    filename: str
+    caption: str
+    panels: tuple[Panel, ...]
+
+    def needs(self, run: RunData) -> bool:
+        """Whether ``run`` has the metrics of at least one panel."""
+        return any(p.has_data(run) for p in self.panels)
+
+
+def task_colours(runs: Sequence[RunData]) -> dict[str, str]:
+    """The same colour for a task in every run and figure."""
+    tasks = sorted({t for run in runs for t in run.tasks})
+    cycle = [f"C{i % 10}" for i in range(len(tasks))]
+    return dict(zip(tasks, cycle))
+
+
+def _plot_task_field(ax, run: RunData, colours: dict[str, str], name: str) -> bool:
+    drawn = False
+    for task in run.tasks:
+        s = run.task_series(task, name)
+        if s is None or not len(s.finite()):
+            continue
+        f = s.finite()
+        ax.plot(f.steps, f.values, color=colours.get(task, "k"), label=task)
+        drawn = True
+    return drawn
+
+
+def _plot_keys(ax, run: RunData, keys: Sequence[str]) -> bool:
+    drawn = False
+    for i, key in enumerate(keys):
+        s = run.get(key)
+        if s is None or not len(s.finite()):
+            continue
+        f = s.finite()
+        ax.plot(f.steps, f.values, color=f"C{i}", label=key)
+        drawn = True
+    return drawn
+
+
+def entropy_panel(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) -> Panel:
+    """Per-task entropy: raw (thin) and EMA-smoothed (thick), crossovers marked with x."""
+
+    def draw(ax, run: RunData, colours: dict[str, str]) -> bool:
+        drawn = False
+        for task in run.tasks:
+            s = run.task_series(task, "entropy")
+            if s is None or not len(s.finite()):
+                continue
+            f = s.finite()
+            c = colours.get(task, "k")
+            if ema is not None:
+                ax.plot(f.steps, f.values, color=c, alpha=0.3, linewidth=0.8)
+                ax.plot(f.steps, ema_smooth(f.values, ema), color=c, label=task, linewidth=1.8)
+            else:
+                ax.plot(f.steps, f.values, color=c, label=task)
+            drawn = True
+        marks = crossings.get(run.name, [])
+        if marks:
+            xs, ys = zip(*marks)
+            ax.scatter(xs, ys, marker="x", color="k", s=40, zorder=5, label="crossover")
+        return drawn
+
+    title = "task entropy h_k" + (f" (EMA {ema})" if ema is not None else "")
+    return Panel(title, draw, _has_task_field("entropy"))
+
+
+def _task_panel(title: str, name: str) -> Panel:
+    return Panel(
+        title,
+        lambda ax, run, colours: _plot_task_field(ax, run, colours, name),
+        _has_task_field(name),
+    )
+
+
+def _eps_panel(ax, run: RunData, colours: dict[str, str]) -> bool:
+    lo = _plot_task_field(ax, run, colours, "eps_low")
+    hi = False
+    for task in run.tasks:  # eps_high dashed, no second legend entry
+        s = run.task_series(task, "eps_high")
+        if s is not None and len(s.finite()):
+            f = s.finite()
+            ax.plot(f.steps, f.values, color=colours.get(task, "k"), linestyle="--")
+            hi = True
+    return lo or hi
+
+
+def _keys_panel(title: str, keys: Sequence[str]) -> Panel:
+    return Panel(title, lambda ax, run, colours: _plot_keys(ax, run, keys), _has_keys(*keys))
+
+
+def _has_task_field(*names: str) -> Callable[[RunData], bool]:
+    return lambda run: any(run.task_series(t, n) is not None for t in run.tasks for n in names)
+
+
+def _has_keys(*keys: str) -> Callable[[RunData], bool]:
+    return lambda run: any(run.get(k) is not None for k in keys)
+
+
+def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) -> list[FigureSpec]:
+    """The report's figures, in order."""
+    return [
+        FigureSpec(
+            "entropy.png",
+            "Per-task entropy; x marks a crossover (two EMA-smoothed curves change order).",
+            (entropy_panel(ema, crossings),),
+        ),
+        FigureSpec(
+            "pace.png",
+            "Clip control: EPPO eps_k per task (solid eps_low, dashed eps_high), pace z-score; "
+            "BAPO bounds when present.",
+            (
+                Panel("clip eps_k", _eps_panel, _has_task_field("eps_low", "eps_high")),
+                _task_panel("pace z-score z_k", "pace_z"),
+                _keys_panel("BAPO ratio bounds (last search)", ["bapo/c_low", "bapo/c_high"]),
+            ),
+        ),
+        FigureSpec(
+            "success.png",
+            "Per-task success rate of the rollout batch.",
+            (_task_panel("task success", "success"),),
+        ),
+        FigureSpec(
+            "polarity.png",
+            "PAPO: share of sum|A| on P>0 / P<0 tokens (before reweighting) and branch weights.",
+            (
+                _keys_panel("polarity branch mass", ["polarity/pos_mass", "polarity/neg_mass"]),
+                _keys_panel("branch weights", ["polarity/w_plus", "polarity/w_minus"]),
+            ),
+        ),
+        FigureSpec(
+            "training.png",
+            "Global training signals.",
+            (
+                _keys_panel("reward / success", ["reward", "success"]),
+                _keys_panel("batch entropy", ["entropy"]),
+                _keys_panel("loss", ["loss"]),
+                _keys_panel("grad norm", ["grad_norm"]),
+                _keys_panel("clip fraction", ["clip_frac_low", "clip_frac_high"]),
+                _keys_panel("KL", ["approx_kl", "kl"]),
+            ),
+        ),
+    ]
+
+
+def draw_figure(spec: FigureSpec, runs: Sequence[RunData], out: Path) -> Path:
+    """Draw ``spec`` with one column per run into ``out`` (PNG)."""
+    from matplotlib.figure import Figure
+
+    colours = task_colours(runs)
+    panels = [p for p in spec.panels if any(p.has_data(run) for run in runs)]  # drop empty rows
+    nrows, ncols = len(panels), len(runs)
+    height = 3.2 * nrows
+    fig = Figure(figsize=(5.0 * ncols, height), dpi=100)
+    # Fixed margins (in inches, converted): constrained layout would double the drawing time.
+    fig.subplots_adjust(
+        left=0.6 / (5.0 * ncols) + 0.02,
+        right=0.98,
+        top=1 - 0.3 / height,
+        bottom=0.5 / height,
+        hspace=0.35,
+        wspace=0.18,
+    )
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False))
+    for col, run in enumerate(runs):
+        for row, panel in enumerate(panels):
+            ax = axes[row, col]
+            ax.set_title(f"{run.name}: {panel.title}", fontsize=9)
+            if panel.draw(ax, run, colours):
+                ax.legend(fontsize=7, loc="best", framealpha=0.7)
+                ax.grid(alpha=0.3)
+            else:
+                ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+            if row == nrows - 1:
+                ax.set_xlabel("step")
+    fig.savefig(out)
+    return out
