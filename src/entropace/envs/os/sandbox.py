@@ -1,0 +1,431 @@
+"""Run one shell command in a bubblewrap (``bwrap``) sandbox against a copied-in work tree.
+
+Design (why one sandbox per command, and why the state travels as a tar stream):
+
+* Every command gets a **fresh** ``bwrap`` sandbox: all namespaces unshared (no network: only
+  the sandbox's own loopback exists), ``--die-with-parent``, ``--new-session``, every capability
+  dropped, the host's ``/usr`` bound read-only (``/bin``, ``/lib``, ``/lib64`` are symlinks into
+  it), a synthetic read-only ``/etc`` (``passwd``/``group``, plus the host's ``alternatives``
+  symlinks and loader cache), a fresh ``/proc`` and a
+  minimal ``/dev``, and a read-only root. The only writable paths are three private,
+  size-capped tmpfs mounts: ``/work`` (the episode's files), ``/tmp`` (scratch, not kept) and
+  ``/.io`` (the command's captured output), plus a 64 KiB ``/.meta`` for its exit status.
+* The episode's state is a tar archive held in host memory. It is **copied in** on the
+  sandbox's stdin and extracted into the ``/work`` tmpfs before the command runs, and copied
+  back out (``tar -c`` of ``/work``) on stdout after it. Nothing on the host's disk is ever
+  bind-mounted writable, the host never extracts an archive the sandbox produced (the verifier
+  reads it in memory with :mod:`tarfile`), and a command that breaks the sandbox (kills its
+  shell, corrupts the stream, overflows a cap) simply loses its own changes: every command is
+  transactional.
+* When the sandbox ends, its PID namespace ends, so no process of a command outlives it:
+  endless loops, fork bombs and ``setsid`` daemons are bounded by the per-command time limit.
+  Inside, the command runs under ``timeout -s KILL`` with resource limits (``ulimit``: process
+  count, address space, file size, no core files); afterwards the wrapper ``kill -KILL -1``\\ s
+  whatever is left before archiving; the host enforces its own deadline on top and SIGKILLs
+  the whole ``bwrap`` process group.
+* RLIMIT_NPROC is not enforced for processes whose host uid is 0, so when the host process
+  runs as root the sandbox is started as the unprivileged uid ``nobody`` (65534); inside, the
+  agent is uid 1000 (``user``) either way.
+
+The alternative (one long-lived bash per episode over a pipe protocol) keeps shell state such
+as ``cd`` and variables, but a hostile command can kill or confuse that shell, and background
+processes would survive between commands. Per-command sandboxes give simpler, stronger
+guarantees for a start-up cost of a few milliseconds (see ``benchmarks/results/envs_os.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass
+
+__all__ = [
+    "RunResult",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxUnavailableError",
+    "require_bwrap",
+]
+
+MiB = 1024 * 1024
+_NOBODY = 65534
+_INSIDE_UID = 1000
+_PASSWD = b"root:x:0:0:root:/:/usr/sbin/nologin\nuser:x:1000:1000:user:/work:/bin/bash\n"
+_GROUP = b"root:x:0:\nuser:x:1000:\n"
+_INSTALL_HINT = (
+    "the `os` environment runs every command in a bubblewrap sandbox; install it with "
+    "`apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap` (Fedora); "
+    "see https://github.com/containers/bubblewrap"
+)
+
+# The script bwrap runs (as ``bash -c WRAPPER entropace-sandbox COMMAND``). Placeholders in
+# braces are filled from SandboxLimits. The command's stdout+stderr go to a file on the capped
+# /.io tmpfs, so a flood of output stops with ENOSPC instead of filling host memory.
+_WRAPPER = r"""
+cd /work || exit 97
+tar -x -p --no-same-owner -f - -C / work || exit 98
+exec </dev/null
+(
+  ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} 2>/dev/null
+  exec timeout -s KILL {timeout_s} bash -c "$1"
+) >/.io/out 2>&1
+rc=$?
+for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+  kill -KILL -1 2>/dev/null || break
+done
+echo "$rc" >/.meta/rc || exit 96
+cd / && exec tar -c -f - work .io/out .meta/rc
+"""
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces on this machine."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-command resource limits.
+
+    Attributes:
+        timeout_s: wall-clock limit of one command (the whole process tree is killed).
+        work_bytes: size of the ``/work`` tmpfs (the episode's files).
+        tmp_bytes: size of the scratch ``/tmp`` tmpfs (emptied after every command).
+        output_bytes: size of the ``/.io`` tmpfs that captures stdout+stderr; output beyond it
+            is lost (the writer gets ENOSPC).
+        memory_bytes: address-space limit (``ulimit -v``) of every process of the command.
+        max_processes: process limit (``ulimit -u``) inside the sandbox's user namespace.
+        file_bytes: largest file a command may write (``ulimit -f``).
+        max_command_chars: longest accepted command (longer ones are refused unrun).
+    """
+
+    timeout_s: float = 5.0
+    work_bytes: int = 8 * MiB
+    tmp_bytes: int = 4 * MiB
+    output_bytes: int = 1 * MiB
+    memory_bytes: int = 512 * MiB
+    max_processes: int = 64
+    file_bytes: int = 8 * MiB
+    max_command_chars: int = 16_000
+
+    def __post_init__(self) -> None:
+        if not (0 < self.timeout_s <= 600):
+            raise ValueError(f"timeout_s must be in (0, 600], got {self.timeout_s}")
+        for name in ("work_bytes", "tmp_bytes", "output_bytes", "memory_bytes", "file_bytes"):
+            if getattr(self, name) < 64 * 1024:
+                raise ValueError(f"{name} must be >= 64 KiB, got {getattr(self, name)}")
+        if self.max_processes < 8:
+            raise ValueError(f"max_processes must be >= 8, got {self.max_processes}")
+        if self.max_command_chars < 1:
+            raise ValueError(f"max_command_chars must be >= 1, got {self.max_command_chars}")
+
+    @property
+    def max_stream_bytes(self) -> int:
+        """Largest tar stream read back: the work tree, the output, and tar's headers."""
+        return 2 * self.work_bytes + self.output_bytes + 4 * MiB
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one sandboxed command.
+
+    Attributes:
+        output: the command's stdout+stderr (as bytes, at most ``SandboxLimits.output_bytes``).
+        exit_code: the shell's exit status (137 when killed by the time limit); None when the
+            sandbox failed.
+        timed_out: the command (or the sandbox) hit the time limit.
+        state: the new work tree as a tar archive; None when the command's changes were lost
+            (then ``error`` says why) and the caller keeps its previous state.
+        error: why the sandbox failed, or None.
+        seconds: wall-clock time of the whole sandbox run.
+    """
+
+    output: bytes
+    exit_code: int | None
+    timed_out: bool
+    state: bytes | None
+    error: str | None
+    seconds: float
+
+
+def require_bwrap() -> tuple[str, int | None]:
+    """A working ``bwrap`` and the host uid to run it as (None: the caller's own uid).
+
+    Raises :class:`SandboxUnavailableError` naming the fix when bwrap is missing or cannot
+    create a sandbox.
+    """
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SandboxUnavailableError(f"bubblewrap (`bwrap`) not found on PATH: {_INSTALL_HINT}")
+    host_uid, problem = _probe(path, os.geteuid())
+    if problem:
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot start a sandbox here ({problem}). It needs user namespaces: "
+            "check `sysctl user.max_user_namespaces` (> 0), `kernel.unprivileged_userns_clone=1` "
+            "(older Debian kernels) or `kernel.apparmor_restrict_unprivileged_userns=0` "
+            "(Ubuntu >= 23.10), or run inside a container that allows them."
+        )
+    return path, host_uid
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(bwrap: str, euid: int) -> tuple[int | None, str]:
+    """Start one trivial sandbox: (host uid that works, '') or (None, bwrap's error).
+
+    As root, the sandbox first tries the unprivileged uid ``nobody`` (so that the process limit
+    is enforced), then root itself with a warning. Cached per process.
+    """
+    candidates: list[int | None] = [_NOBODY, None] if euid == 0 else [None]
+    problem = ""
+    for host_uid in candidates:
+        box = Sandbox(SandboxLimits(timeout_s=10.0), bwrap=bwrap, host_uid=host_uid)
+        result = box.run("echo ok", empty_state())
+        if result.error is None and result.output == b"ok\n" and result.state is not None:
+            if host_uid is None and euid == 0:
+                warnings.warn(
+                    "bwrap cannot run as an unprivileged uid here; the os sandbox runs as "
+                    "host root, where the kernel does not enforce its process-count limit",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return host_uid, ""
+        problem = problem or result.error or f"unexpected output {result.output[:200]!r}"
+    return None, problem
+
+
+def empty_state() -> bytes:
+    """A tar archive holding only an empty ``work/`` directory."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("work")
+        info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, _INSIDE_UID, _INSIDE_UID
+        tar.addfile(info)
+    return buf.getvalue()
+
+
+def _data_fd(data: bytes) -> int:
+    """A readable pipe already holding ``data`` (small: fits in the pipe buffer)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+    finally:
+        os.close(w)
+    return r
+
+
+def _memfd(data: bytes, name: str) -> int:
+    fd = os.memfd_create(name)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class Sandbox:
+    """Runs commands in fresh bubblewrap sandboxes (see the module docstring).
+
+    Args:
+        limits: resource limits of every command.
+        bwrap: path of the ``bwrap`` binary (default: found on PATH and probed once, which
+            also picks ``host_uid``).
+        host_uid: when the caller is root, the host uid to start bwrap as (None: root).
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        bwrap: str | None = None,
+        host_uid: int | None = None,
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        if bwrap is None:
+            # RLIMIT_NPROC is not enforced for host uid 0: as root, run bwrap as nobody.
+            bwrap, host_uid = require_bwrap()
+        self.bwrap = bwrap
+        self._host_uid = host_uid if os.geteuid() == 0 else None
+
+    def _argv(self, command: str, passwd_fd: int, group_fd: int) -> list[str]:
+        lim = self.limits
+        wrapper = _WRAPPER.format(
+            nproc=lim.max_processes,
+            mem_kb=lim.memory_bytes // 1024,
+            fsize_kb=lim.file_bytes // 1024,
+            timeout_s=f"{lim.timeout_s:g}",
+        )
+        # fmt: off
+        return [
+            self.bwrap,
+            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID),
+            "--ro-bind", "/usr", "/usr",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--proc", "/proc", "--dev", "/dev",
+            "--dir", "/etc",
+            # Debian's alternatives (awk -> mawk, ...) and the loader cache; nothing else of /etc.
+            "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
+            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+            "--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
+            "--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group",
+            "--size", str(lim.work_bytes), "--tmpfs", "/work",
+            "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp",
+            "--size", str(lim.output_bytes), "--tmpfs", "/.io",
+            "--size", "65536", "--tmpfs", "/.meta",
+            "--remount-ro", "/",
+            "--chdir", "/work",
+            "--clearenv",
+            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
+            "--setenv", "USER", "user", "--setenv", "LC_ALL", "C", "--setenv", "TERM", "dumb",
+            "--",
+            "/usr/bin/bash", "-c", wrapper, "entropace-sandbox", command,
+        ]
+        # fmt: on
+
+    def run(self, command: str, state: bytes) -> RunResult:
+        """Run ``command`` with ``/work`` restored from ``state`` (a tar with a ``work/`` root).
+
+        Never raises on a bad command; a command containing NUL or longer than
+        ``max_command_chars`` is refused unrun (``error`` says so, ``state`` is None).
+        """
+        start = time.monotonic()
+        if "\x00" in command:
+            return RunResult(b"", None, False, None, "the command contains a NUL byte", 0.0)
+        if len(command) > self.limits.max_command_chars:
+            msg = f"the command is {len(command)} characters; the limit is "
+            msg += f"{self.limits.max_command_chars}"
+            return RunResult(b"", None, False, None, msg, 0.0)
+        passwd_fd, group_fd = _data_fd(_PASSWD), _data_fd(_GROUP)
+        stdin_fd = _memfd(state, "entropace-state")
+        stderr_fd = os.memfd_create("entropace-stderr")
+        kwargs: dict[str, object] = {}
+        if self._host_uid is not None:
+            kwargs = {"user": self._host_uid, "group": self._host_uid, "extra_groups": []}
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv, the command runs in the sandbox
+                self._argv(command, passwd_fd, group_fd),
+                stdin=stdin_fd,
+                stdout=subprocess.PIPE,
+                stderr=stderr_fd,
+                pass_fds=(passwd_fd, group_fd),
+                start_new_session=True,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except OSError as exc:
+            for fd in (passwd_fd, group_fd, stdin_fd, stderr_fd):
+                os.close(fd)
+            return RunResult(b"", None, False, None, f"could not start bwrap: {exc}", 0.0)
+        for fd in (passwd_fd, group_fd, stdin_fd):
+            os.close(fd)
+        stream, timed_out, overflow = self._read_capped(proc)
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:  # stdout closed but bwrap lingers: end it
+            _kill_group(proc)
+            proc.wait()
+        os.lseek(stderr_fd, 0, os.SEEK_SET)
+        stderr = os.read(stderr_fd, 4096)
+        os.close(stderr_fd)
+        seconds = time.monotonic() - start
+        if timed_out:
+            return RunResult(b"", 137, True, None, "the sandbox exceeded its time limit", seconds)
+        if overflow:
+            msg = "the work directory grew past the size limit"
+            return RunResult(b"", None, False, None, msg, seconds)
+        result = _decode_stream(stream, proc.returncode, stderr, seconds)
+        # 137 is SIGKILL; it is the time limit only if the command ran that long.
+        timed_out = result.exit_code == 137 and seconds >= self.limits.timeout_s
+        return dataclasses.replace(result, timed_out=timed_out)
+
+    def _read_capped(self, proc: subprocess.Popen[bytes]) -> tuple[bytes, bool, bool]:
+        """Read stdout until EOF, the host deadline, or the size cap (then kill the group)."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + self.limits.timeout_s + 5.0
+        cap = self.limits.max_stream_bytes
+        chunks: list[bytes] = []
+        total = 0
+        timed_out = overflow = False
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                if not sel.select(remaining):
+                    continue
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break
+                total += len(data)
+                if total > cap:
+                    overflow = True
+                    break
+                chunks.append(data)
+        if timed_out or overflow:
+            _kill_group(proc)
+        proc.stdout.close()
+        return b"".join(chunks), timed_out, overflow
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL bwrap's process group (the sandbox dies with it: ``--die-with-parent``)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _decode_stream(stream: bytes, returncode: int, stderr: bytes, seconds: float) -> RunResult:
+    """Split the wrapper's tar stream into (new work tree, output, exit code)."""
+    import io
+    import tarfile
+
+    if returncode in (96, 97, 98) or not stream:
+        why = stderr.decode("utf-8", "replace").strip() or f"exit status {returncode}"
+        msg = f"the sandbox failed ({why[:300]}); the command's changes were discarded"
+        return RunResult(b"", None, False, None, msg, seconds)
+    output, rc = b"", None
+    work = io.BytesIO()
+    try:
+        with (
+            tarfile.open(fileobj=io.BytesIO(stream), mode="r:") as src,
+            tarfile.open(fileobj=work, mode="w", format=tarfile.GNU_FORMAT) as dst,
+        ):
+            for member in src:
+                if member.name == ".io/out":
+                    output = _read_member(src, member)
+                elif member.name == ".meta/rc":
+                    rc = int(_read_member(src, member).strip() or b"-1")
+                elif member.name == "work" or member.name.startswith("work/"):
+                    data = src.extractfile(member) if member.isreg() else None
+                    dst.addfile(member, data)
+    except (tarfile.TarError, ValueError, OSError, EOFError) as exc:
+        msg = f"the sandbox returned an unreadable work tree ({type(exc).__name__}); "
+        msg += "the command's changes were discarded"
+        return RunResult(b"", None, False, None, msg, seconds)
+    if rc is None:
+        msg = "the command killed its own shell; its changes were discarded"
+        return RunResult(output, None, False, None, msg, seconds)
+    return RunResult(output, rc, False, work.getvalue(), None, seconds)
+
+
+def _read_member(tar: object, member: object) -> bytes:
+    import tarfile
+
+    assert isinstance(tar, tarfile.TarFile) and isinstance(member, tarfile.TarInfo)
+    f = tar.extractfile(member)
+    return f.read() if f is not None else b""
