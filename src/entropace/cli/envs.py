@@ -1,0 +1,212 @@
+"""``entropace envs``: list environment families, play one in the terminal, sample instances.
+
+Works for every registered family through :func:`entropace.envs.specs`, :func:`make` and
+:attr:`EnvSpec.oracle`::
+
+    entropace envs list
+    entropace envs play db --seed 3 --difficulty medium --opt database=chinook
+    entropace envs sample db --n 5 --difficulty hard --split test --solve
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+from entropace.envs import DIFFICULTIES, SPLITS, make, seeds, spec, specs
+from entropace.envs.base import TurnLimit
+from entropace.envs.checks import run_episode
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``key=value`` -> ``(key, value)``; the value becomes an int, float or bool if it reads as one.
+
+    ``true``/``false`` (any case) are booleans; anything else stays a string.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--opt expects key=value, got {text!r}")
+    value: Any = raw.strip()
+    for convert in (int, float):
+        try:
+            return key, convert(value)
+        except ValueError:
+            pass
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    return key, value
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options = dict(args.opt or [])
+    if args.difficulty is not None:
+        options["difficulty"] = args.difficulty
+    return options
+
+
+def _installed(package: str) -> bool:
+    try:
+        importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    out: TextIO = sys.stdout
+    families = specs()
+    if not families:
+        print("no environment families are registered", file=out)
+        return 0
+    for name, s in families.items():
+        print(f"{name}: {s.description}", file=out)
+        for opt, help_text in s.options.items():
+            print(f"    --opt {opt}=...  {help_text}", file=out)
+        print(f"    data: {s.data_source}", file=out)
+        print(f"    licence: {s.license}", file=out)
+        if s.requires:
+            reqs = ", ".join(f"{p}{'' if _installed(p) else ' (missing)'}" for p in s.requires)
+            print(f"    requires: {reqs}", file=out)
+        else:
+            print("    requires: (nothing extra)", file=out)
+        print(file=out)
+    return 0
+
+
+def _make(args: argparse.Namespace) -> TurnLimit:
+    spec(args.name)  # unknown name -> KeyError listing the known families
+    return make(args.name, max_turns=args.max_turns, **_options(args))
+
+
+def _read_actions(stream: TextIO, oneline: bool) -> Iterator[str]:
+    """Actions typed by a person: one per line, or lines until an empty line (multi-line)."""
+    if oneline:
+        for line in stream:
+            yield line.rstrip("\n")
+        return
+    lines: list[str] = []
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.strip():
+            lines.append(line)
+        elif lines:
+            yield "\n".join(lines)
+            lines = []
+    if lines:  # EOF right after an action without its empty line: still send it
+        yield "\n".join(lines)
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    env = _make(args)
+    obs, info = env.reset(args.seed)
+    out: TextIO = sys.stdout
+    print(f"=== {env.name} seed={args.seed} difficulty={info.get('difficulty')}", file=out)
+    print("--- system prompt ---", file=out)
+    print(env.system_prompt, file=out)
+    print("--- observation ---", file=out)
+    print(obs, file=out)
+    how = "one line per action" if args.oneline else "end each action with an empty line"
+    print(f"(type your action; {how}; Ctrl-D quits)", file=out)
+    total, success, turn = 0.0, False, 0
+    ended = False
+    for action in _read_actions(sys.stdin, args.oneline):
+        obs, reward, terminated, truncated, step_info = env.step(action)
+        turn += 1
+        total += reward
+        success = success or bool(step_info.get("success"))
+        print(f"--- observation (turn {turn}, reward {reward:g}) ---", file=out)
+        print(obs, file=out)
+        if terminated or truncated:
+            ended = True
+            print("episode " + ("terminated" if terminated else "truncated (turn limit)"), file=out)
+            break
+    if not ended:
+        print("input closed: quitting", file=out)
+    print(f"reward={total:g} success={success} turns={turn}", file=out)
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    out: TextIO = sys.stdout
+    s = spec(args.name)
+    for seed in seeds(args.split, args.n, offset=args.offset):
+        env = _make(args)
+        obs, info = env.reset(seed)
+        print(
+            f"=== {env.name} seed={seed} split={args.split} difficulty={info.get('difficulty')}",
+            file=out,
+        )
+        print(obs, file=out)
+        print(f"gold: {info.get('gold')}", file=out)
+        if args.solve:
+            policy = s.oracle(env)
+            ep = run_episode(env, policy, seed)
+            print("--- oracle episode ---", file=out)
+            for action, observation in zip(ep.actions, ep.observations[1:]):
+                print(f"> {action}", file=out)
+                print(observation, file=out)
+            print(
+                f"oracle: reward={ep.total_reward:g} success={ep.success} turns={len(ep.actions)}",
+                file=out,
+            )
+        print(file=out)
+    return 0
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _guarded(func: Command) -> Command:
+    """Turn the errors a user can cause (unknown family, bad option) into a message and exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except (KeyError, TypeError, ValueError, ImportError) as exc:
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            print(f"entropace envs: error: {msg}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def _env_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="environment family (see 'entropace envs list')")
+    p.add_argument("--difficulty", choices=DIFFICULTIES, default=None, help="difficulty level")
+    p.add_argument(
+        "--opt",
+        type=parse_option,
+        action="append",
+        metavar="KEY=VALUE",
+        help="family option (repeatable), e.g. --opt database=chinook",
+    )
+    p.add_argument("--max-turns", type=int, default=None, help="override the turn limit")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("envs", help="list, play and sample environment families")
+    sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
+    sub.required = True
+
+    p_list = sub.add_parser("list", help="families with options, data source, licence")
+    p_list.set_defaults(func=_guarded(cmd_list))
+
+    p_play = sub.add_parser("play", help="play one instance in the terminal (actions on stdin)")
+    _env_args(p_play)
+    p_play.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+    p_play.add_argument(
+        "--oneline", action="store_true", help="one line per action (default: end with empty line)"
+    )
+    p_play.set_defaults(func=_guarded(cmd_play))
+
+    p_sample = sub.add_parser("sample", help="print instances with gold answers")
+    _env_args(p_sample)
+    p_sample.add_argument("--n", type=int, default=5, help="number of instances (default 5)")
+    p_sample.add_argument("--split", choices=sorted(SPLITS), default="train", help="seed split")
+    p_sample.add_argument("--offset", type=int, default=0, help="first seed within the split")
+    p_sample.add_argument("--solve", action="store_true", help="also print the oracle's episode")
+    p_sample.set_defaults(func=_guarded(cmd_sample))

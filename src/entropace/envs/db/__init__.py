@@ -1,0 +1,47 @@
+"""``db``: answer questions about real SQLite sample databases with read-only SQL queries.
+
+See :mod:`entropace.envs.db.env` for the episode, :mod:`entropace.envs.db.templates` for the
+questions and :mod:`entropace.envs.db.sandbox` for the query sandbox.
+"""
+
+from entropace.envs.db.actions import answer_matches, parse_action
+from entropace.envs.db.build import SOURCES, database_path
+from entropace.envs.db.env import DbEnv, db_oracle, make_db_env
+from entropace.envs.db.questions import Instance, generate
+from entropace.envs.db.sandbox import connect_readonly, run_query
+from entropace.envs.registry import EnvSpec, register
+
+SPEC = register(
+    EnvSpec(
+        name="db",
+        factory=make_db_env,
+        oracle=db_oracle,
+        description="Text-to-SQL: answer questions about real SQLite databases (Chinook music "
+        "store, NYC flights 2013) by running read-only SELECT queries.",
+        options={
+            "difficulty": "easy (one table) | medium (joins, aggregates, top-k) | hard (nested "
+            "subqueries, HAVING); default easy",
+            "database": f"any | {' | '.join(sorted(SOURCES))}; default any (each seed picks one)",
+            "timeout_s": "wall-clock limit of one query in seconds; default 1.0",
+            "max_rows": "rows of a query result shown to the agent; default 20",
+        },
+        data_source="; ".join(s.data_source for s in SOURCES.values()),
+        license="; ".join(f"{s.name}: {s.license}" for s in SOURCES.values()),
+        requires=tuple(s.package for s in SOURCES.values()),
+    )
+)
+
+__all__ = [
+    "SOURCES",
+    "SPEC",
+    "DbEnv",
+    "Instance",
+    "answer_matches",
+    "connect_readonly",
+    "database_path",
+    "db_oracle",
+    "generate",
+    "make_db_env",
+    "parse_action",
+    "run_query",
+]
