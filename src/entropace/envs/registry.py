@@ -58,6 +58,8 @@ _BUILTIN_MODULES: tuple[str, ...] = (
     "entropace.envs.shop",
 )
 _loaded = False
+#: builtin family module -> why it could not be imported (a missing optional dependency)
+UNAVAILABLE: dict[str, str] = {}
 
 
 def register(spec: EnvSpec) -> EnvSpec:
@@ -74,8 +76,14 @@ def _load_builtins() -> None:
     import importlib.util
 
     for mod in _BUILTIN_MODULES:
-        if importlib.util.find_spec(mod) is not None:
+        if importlib.util.find_spec(mod) is None:
+            continue
+        try:
             importlib.import_module(mod)
+        except ImportError as exc:  # one family's missing dependency must not hide the others
+            UNAVAILABLE[mod.rsplit(".", 1)[-1]] = (
+                f"{exc}; install the environment extras: pip install 'entropace[envs]'"
+            )
     _loaded = True
 
 
@@ -89,6 +97,8 @@ def spec(name: str) -> EnvSpec:
     """The spec of family ``name``; an unknown name lists the known ones."""
     known = specs()
     if name not in known:
+        if name in UNAVAILABLE:
+            raise ImportError(f"environment {name!r} is unavailable: {UNAVAILABLE[name]}")
         raise KeyError(f"unknown environment {name!r}; known: {sorted(known)}")
     return known[name]
 
