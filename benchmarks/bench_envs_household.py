@@ -1,0 +1,84 @@
+"""Latency of the ``household`` family: instance generation (reset), step latency, oracle and
+explorer success.
+
+Run: python benchmarks/bench_envs_household.py [--n 200]
+
+The explorer is the non-privileged scripted baseline (it reads observations only); its success
+within the turn limit and its median number of turns show how hard each level is to search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from entropace.envs import DIFFICULTIES, make, spec
+from entropace.envs.household import generate
+from entropace.envs.household.explorer import Explorer
+from entropace.envs.household.generate import candidates, tables
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=200, help="instances per difficulty")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    tables()
+    for difficulty in DIFFICULTIES:
+        for seed in range(20):  # fills the per-(difficulty, task type) candidate tables
+            generate(seed, difficulty)
+    print(
+        f"tables + candidate lists (once per process): {1e3 * (time.perf_counter() - t0):.1f} ms "
+        f"({candidates.cache_info().currsize} candidate lists)"
+    )
+    print(
+        "| difficulty | reset median ms | reset p95 ms | step median ms | step p95 ms | steps "
+        "| oracle success | oracle turns (median) | explorer success "
+        "| explorer turns (median, p90) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for difficulty in DIFFICULTIES:
+        resets, steps, solved, turns = [], [], 0, []
+        for seed in range(args.n):
+            env = make("household", difficulty=difficulty)
+            t = time.perf_counter()
+            obs, _ = env.reset(seed)
+            resets.append(time.perf_counter() - t)
+            policy = spec("household").oracle(env)
+            while True:
+                action = policy(obs)
+                t = time.perf_counter()
+                obs, _r, terminated, truncated, info = env.step(action)
+                steps.append(time.perf_counter() - t)
+                if terminated or truncated:
+                    solved += info["success"]
+                    turns.append(info["turn"])
+                    break
+        explored, explorer_turns = 0, []
+        for seed in range(args.n):
+            env = make("household", difficulty=difficulty)
+            obs, _ = env.reset(seed)
+            policy = Explorer(obs)
+            while True:
+                obs, _r, terminated, truncated, info = env.step(policy(obs))
+                if terminated or truncated:
+                    explored += info["success"]
+                    explorer_turns.append(info["turn"])
+                    break
+        print(
+            f"| {difficulty} | {1e3 * statistics.median(resets):.3f} "
+            f"| {1e3 * percentile(resets, 0.95):.3f} | {1e3 * statistics.median(steps):.3f} "
+            f"| {1e3 * percentile(steps, 0.95):.3f} | {len(steps)} | {solved / args.n:.2f} "
+            f"| {statistics.median(turns):.0f} | {explored / args.n:.3f} "
+            f"| {statistics.median(explorer_turns):.0f}, {percentile(explorer_turns, 0.9):.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
