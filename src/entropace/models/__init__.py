@@ -1,0 +1,33 @@
+"""Model loading: Hugging Face causal LMs, the embedded SmolLM2-135M default, a tiny test model.
+
+* :func:`load_model` - any causal LM by hub id, local path or alias (``"smollm2-135m"``),
+  optionally with LoRA adapters.
+* :func:`entropace.models.tiny.build_tiny_model` - a tiny random Llama with an offline ChatML
+  tokenizer, for tests and smoke runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "load_model": "loading",
+    "apply_lora": "loading",
+    "prepare_tokenizer": "loading",
+    "resolve_dtype": "loading",
+    "ALIASES": "loading",
+    "DEFAULT_MODEL": "loading",
+    "build_tiny_model": "tiny",
+    "build_tiny_tokenizer": "tiny",
+    "ensure_smollm2": "smollm2",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(f"entropace.models.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'entropace.models' has no attribute {name!r}")

@@ -1,0 +1,75 @@
+"""Typed, validated options of the rollout engine (embedded in the trainer's config)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are sampled and scored.
+
+    Attributes:
+        max_turns: overrides every environment's own ``max_turns`` when set (``None``: keep the
+            environment's limit).
+        max_new_tokens_per_turn: generation budget of one assistant turn; a turn that hits it
+            without an end-of-turn token is passed to the environment as is (cut text).
+        max_episode_tokens: budget of the whole trajectory (prompt, every turn, every
+            observation). A turn that runs into it, or an observation that leaves no room for
+            another generated token, ends the episode abnormally (reason ``"length"``). The
+            closing chat-template tokens of the last turn (e.g. ``<|im_end|>\\n``) may exceed it.
+        temperature: sampling temperature; the statistics (``old_logprobs``, entropy,
+            sensitivity) are computed at this temperature.
+        top_p: nucleus sampling threshold (1.0 = off). Statistics ignore it (they describe the
+            temperature-scaled full distribution, as in the papers).
+        do_sample: ``False`` for greedy decoding (evaluation); statistics still use
+            ``temperature``.
+        abnormal_penalty: the reward of an abnormal episode (turn/length limit, parse error
+            when ``end_on_parse_error``, environment error); AgentRL uses -0.2.
+        end_on_parse_error: end the episode on the first step whose info has
+            ``parse_error=True`` (abnormal, reason ``"parse_error"``).
+        stats_chunk_size: rows per chunk in :func:`entropace.algos.token_stats` (bounds the
+            float32 full-vocabulary temporaries); ``None`` = its cache-friendly default.
+        micro_batch_size: trajectories per forward pass of the statistics pass (``None`` =
+            all at once).
+        generation_batch_size: most episodes in one ``generate`` call (``None`` = all live
+            episodes together, the default).
+    """
+
+    max_turns: int | None = None
+    max_new_tokens_per_turn: int = 256
+    max_episode_tokens: int = 4096
+    temperature: float = 1.0
+    top_p: float = 1.0
+    do_sample: bool = True
+    abnormal_penalty: float = -0.2
+    end_on_parse_error: bool = False
+    stats_chunk_size: int | None = None
+    micro_batch_size: int | None = 8
+    generation_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        def positive(name: str, optional: bool) -> None:
+            value = getattr(self, name)
+            if value is None and optional:
+                return
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"rollout.{name} must be a positive integer, got {value!r}")
+
+        positive("max_turns", True)
+        positive("max_new_tokens_per_turn", False)
+        positive("max_episode_tokens", False)
+        positive("stats_chunk_size", True)
+        positive("micro_batch_size", True)
+        positive("generation_batch_size", True)
+        if not (isinstance(self.temperature, int | float) and self.temperature > 0):
+            raise ValueError(f"rollout.temperature must be > 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p!r}")
+        if not (
+            isinstance(self.abnormal_penalty, int | float) and math.isfinite(self.abnormal_penalty)
+        ):
+            raise ValueError(
+                f"rollout.abnormal_penalty must be a finite number, got {self.abnormal_penalty!r}"
+            )

@@ -1,0 +1,58 @@
+"""Requests and results of the rollout engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from entropace.envs.base import TextEnv
+from entropace.rollout.batch import RolloutBatch
+
+#: End reasons; every one but ``"terminated"`` is abnormal.
+END_REASONS: tuple[str, ...] = (
+    "terminated",
+    "truncated_turns",
+    "length",
+    "parse_error",
+    "env_error",
+)
+
+
+@dataclass
+class RolloutRequest:
+    """One episode to sample.
+
+    Attributes:
+        task: task (family) name; must be in the run's ``task_names``.
+        env: a fresh environment, or a zero-argument factory returning one.
+        seed: instance seed passed to ``env.reset``.
+        group_id: equal for the episodes sampled from the same instance (a GRPO group).
+    """
+
+    task: str
+    env: TextEnv | Callable[[], TextEnv]
+    seed: int
+    group_id: int
+
+
+@dataclass
+class RolloutResult:
+    """A rollout batch and how it was obtained.
+
+    Attributes:
+        batch: the trajectories (see :class:`RolloutBatch`).
+        timings: seconds spent in ``generation_s``, ``env_s`` (reset + step), ``stats_s``
+            (statistics forward) and ``total_s``.
+        counts: ``episodes``, ``generated_tokens``, ``turns``, ``generate_calls``,
+            ``abnormal``, ``max_len`` (trajectory tokens, the padded ``L``) and one
+            ``end_<reason>`` entry per end reason.
+        task_counts: per task: ``episodes``, ``successes``, ``abnormal``, ``generated_tokens``,
+            ``turns``.
+        generate_batch_sizes: the batch size of every ``generate`` call, in order.
+    """
+
+    batch: RolloutBatch
+    timings: dict[str, float]
+    counts: dict[str, int]
+    task_counts: dict[str, dict[str, int]]
+    generate_batch_sizes: list[int] = field(default_factory=list)
