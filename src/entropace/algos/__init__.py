@@ -4,42 +4,66 @@ No config objects, no I/O, no host syncs in hot paths. Every later part of entro
 trainer, the TRL and verl plug-ins) calls these; their names are the public API.
 """
 
-from __future__ import annotations
+from entropace.algos.advantages import (
+    dr_grpo_advantages,
+    grpo_advantages,
+    rloo_advantages,
+    task_normalize_advantages,
+)
+from entropace.algos.aggregation import (
+    AGG_MODES,
+    aggregate_loss,
+    check_mask,
+    loss_counts,
+)
+from entropace.algos.dapo import (
+    dynamic_sampling_mask,
+    overlong_penalty,
+)
+from entropace.algos.kl import (
+    kl_k3,
+)
+from entropace.algos.polarity import (
+    entropy_polarity,
+    polarity_reweight,
+)
+from entropace.algos.policy_losses import (
+    POLICY_LOSSES,
+    PolicyLossFn,
+    dcpo_bounds,
+    get_policy_loss,
+    register_policy_loss,
+)
+from entropace.algos.surrogate import (
+    LossOutput,
+    clipped_surrogate_loss,
+)
+from entropace.algos.token_stats import (
+    TokenStats,
+    token_stats,
+)
 
-import importlib
-from typing import Any
-
-# public name -> submodule that defines it
-_EXPORTS: dict[str, str] = {
-    "TokenStats": "token_stats",
-    "token_stats": "token_stats",
-    "entropy_polarity": "polarity",
-    "polarity_reweight": "polarity",
-    "grpo_advantages": "advantages",
-    "dr_grpo_advantages": "advantages",
-    "rloo_advantages": "advantages",
-    "task_normalize_advantages": "advantages",
-    "AGG_MODES": "aggregation",
-    "aggregate_loss": "aggregation",
-    "loss_counts": "aggregation",
-    "check_mask": "aggregation",
-    "LossOutput": "surrogate",
-    "clipped_surrogate_loss": "surrogate",
-    "kl_k3": "kl",
-    "get_policy_loss": "policy_losses",
-    "register_policy_loss": "policy_losses",
-    "POLICY_LOSSES": "policy_losses",
-    "PolicyLossFn": "policy_losses",
-    "dcpo_bounds": "policy_losses",
-    "dynamic_sampling_mask": "dapo",
-    "overlong_penalty": "dapo",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module = importlib.import_module(f"entropace.algos.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'entropace.algos' has no attribute {name!r}")
+__all__ = [
+    "AGG_MODES",
+    "LossOutput",
+    "POLICY_LOSSES",
+    "PolicyLossFn",
+    "TokenStats",
+    "aggregate_loss",
+    "check_mask",
+    "clipped_surrogate_loss",
+    "dcpo_bounds",
+    "dr_grpo_advantages",
+    "dynamic_sampling_mask",
+    "entropy_polarity",
+    "get_policy_loss",
+    "grpo_advantages",
+    "kl_k3",
+    "loss_counts",
+    "overlong_penalty",
+    "polarity_reweight",
+    "register_policy_loss",
+    "rloo_advantages",
+    "task_normalize_advantages",
+    "token_stats",
+]

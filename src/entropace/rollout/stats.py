@@ -45,7 +45,7 @@ def sequence_token_stats(
         attention_mask: ``[B, L]``, 1 on real tokens.
         temperature: divides the logits (> 0).
         chunk_size: rows per chunk of the vocabulary-sized computation (``None``: the
-            default of :func:`entropace.algos.token_stats`, about 4 MiB of float32 per buffer).
+            default of :func:`entropace.algos.token_stats`, about 2 MiB of float32 per buffer on CPU).
         micro_batch_size: rows per forward pass (``None``: all ``B`` at once).
         grad: keep the autograd graph (the update); otherwise runs under ``torch.no_grad``.
 
@@ -92,10 +92,11 @@ def sequence_token_stats(
                 logits[:, :-1], ids_u[:, 1:], temperature=temperature, chunk_size=chunk_size
             )
             # Column t (t >= 1) is the state before token t: real only if tokens t-1, t are.
-            valid = (mask_u[:, 1:] * mask_u[:, :-1]).to(dtype)
+            valid = (mask_u[:, 1:] * mask_u[:, :-1]).bool()
             zero = ids.new_zeros((rows, 1), dtype=dtype)
             pad = ids.new_zeros((rows, length - used), dtype=dtype)
             for name in names:
-                value = getattr(stats, name).to(dtype) * valid
+                # where, not a product: a -inf logprob at a padded position must not become NaN
+                value = torch.where(valid, getattr(stats, name).to(dtype), 0.0)
                 parts[name].append(torch.cat([zero, value, pad], dim=1))
     return TokenStats(**{name: torch.cat(parts[name], dim=0) for name in names})
