@@ -1,1 +1,45 @@
-"""entropace.train"""
+"""The trainer: typed config, algorithm recipes, the update step, the loop, checkpoints, eval.
+
+Modules:
+    config      ``TrainConfig`` (dataclasses, the one source of truth), ``load_config``
+    algorithms  ``RECIPES``: algorithms by name (grpo ... eppo+papo and EPPO's ablations)
+    clip_rules  fixed / EPPO pacer / BAPO clip bounds behind one interface
+    update      ``update_step``: controllers, advantages, PAPO, PPO mini-batches x epochs
+    data        ``TaskSampler``: the task mix and its checkpointed seed position
+    trainer     ``train``: rollout -> update -> log -> checkpoint, exact resume
+    checkpoint  atomic keep-last-k checkpoints
+    metrics_log ``metrics.jsonl`` and TensorBoard
+    evaluate    ``evaluate``: per-task success on held-out seeds
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "ConfigError": "config",
+    "TrainConfig": "config",
+    "load_config": "config",
+    "load_config_file": "config",
+    "save_config": "config",
+    "RECIPES": "algorithms",
+    "Recipe": "algorithms",
+    "register_recipe": "algorithms",
+    "Learner": "update",
+    "update_step": "update",
+    "TaskSampler": "data",
+    "build_learner": "trainer",
+    "build_model": "trainer",
+    "train": "trainer",
+    "evaluate": "evaluate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(f"entropace.train.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'entropace.train' has no attribute {name!r}")

@@ -1,0 +1,46 @@
+"""``entropace eval RUN``: per-task success of a run's checkpoint on held-out seeds."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="per-task success of a run's checkpoint on held-out (test) seeds",
+        description="Evaluate RUN's latest checkpoint; writes RUN/eval.json and prints a table.",
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory")
+    p.add_argument("--tasks", default=None, help="comma-separated tasks (default: the run's)")
+    p.add_argument("--n", type=int, default=50, help="seeds per task (default 50)")
+    p.add_argument("--split", default="test", choices=["test", "train"])
+    p.add_argument("--checkpoint", type=Path, default=None, help="default: the latest")
+    p.add_argument(
+        "--sample", action="store_true", help="sample at the run's temperature (default greedy)"
+    )
+    p.add_argument("--batch-size", type=int, default=64, help="episodes per rollout call")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (with --sample)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from entropace.train.config import ConfigError
+    from entropace.train.evaluate import evaluate, format_table
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    try:
+        result = evaluate(
+            args.run, tasks=tasks, n=args.n, split=args.split, checkpoint=args.checkpoint,
+            do_sample=args.sample, batch_size=args.batch_size, seed=args.seed,
+        )  # fmt: skip
+    except (ConfigError, FileNotFoundError, KeyError, ValueError) as err:
+        print(f"entropace eval: error: {err}", file=sys.stderr)
+        return 2
+    mode = "sampled" if args.sample else "greedy"
+    print(f"{args.run} step {result['step']}, {args.split} split, n={args.n} per task, {mode}")
+    print(format_table(result))
+    print(f"written: {args.run / 'eval.json'}")
+    return 0

@@ -1,0 +1,99 @@
+"""``entropace train``: train a policy with a preset and overrides, or resume a run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  entropace train --preset quick
+  entropace train --preset quick algo=eppo tasks=db,kg,reasoning steps=20
+  entropace train --preset my.yaml optim.lr=1e-5 --run-dir runs/try1
+  entropace train --resume runs/try1 steps=40     # continue (and extend) a run
+
+overrides are key.sub=value (YAML values); shortcuts: algo, tasks, model, lr, P, G.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train",
+        help="train a policy (EPPO, PAPO, GRPO family) on a task mix",
+        description="Train a causal LM with RL on a mixture of environment tasks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--preset",
+        default="quick",
+        help="a shipped preset (quick, paper) or a YAML file (default: quick)",
+    )
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--run-dir", type=Path, default=None, help="default: runs/<algo>-<time>")
+    p.add_argument(
+        "--resume", type=Path, default=None, metavar="RUN",
+        help="continue RUN from its latest checkpoint (its config.yaml + overrides)",
+    )  # fmt: skip
+    p.add_argument("--no-report", action="store_true", help="skip writing RUN/report")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from entropace.train.config import ConfigError, load_config, load_config_file
+    from entropace.train.trainer import train
+
+    try:
+        if args.resume is not None:
+            config = args.resume / "config.yaml"
+            if not config.exists():
+                raise FileNotFoundError(f"--resume {args.resume}: no config.yaml there")
+            cfg = load_config_file(config, args.overrides)
+            run_dir = args.resume
+        else:
+            cfg = load_config(args.preset, args.overrides)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            run_dir = args.run_dir or Path("runs") / f"{cfg.algorithm.name}-{stamp}"
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"entropace train: error: {err}", file=sys.stderr)
+        return 2
+
+    print(
+        f"run {run_dir}: {cfg.algorithm.name} on {','.join(cfg.tasks.names)} with "
+        f"{cfg.model.name}, {cfg.steps} steps" + (" (resuming)" if args.resume is not None else ""),
+        file=sys.stderr,
+    )
+    try:
+        result = train(cfg, run_dir, resume=args.resume is not None)
+    except (FileNotFoundError, ImportError) as err:
+        print(f"entropace train: error: {err}", file=sys.stderr)
+        return 2
+    if result.stopped_by:
+        print(
+            f"stopped by {result.stopped_by} after step {result.last_step} (checkpoint "
+            f"written); continue with: entropace train --resume {run_dir}",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"done: {run_dir}", file=sys.stderr)
+    if cfg.log.report and not args.no_report:
+        try:
+            write_report(run_dir)
+        except Exception as err:  # training is done and saved; say what failed
+            print(f"entropace train: the report failed: {err!r}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """``entropace.report.write_report([run_dir], run_dir / "report")`` when available."""
+    try:
+        from entropace.report import write_report as _write
+    except ImportError as err:
+        print(f"no report: {err} (pip install 'entropace[train]')", file=sys.stderr)
+        return None
+    summary = _write([run_dir], run_dir / "report")
+    print(f"report: {summary}", file=sys.stderr)
+    return summary

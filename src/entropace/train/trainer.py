@@ -1,0 +1,350 @@
+"""The training loop: sample the task mix, roll out, update, log, checkpoint.
+
+Each step (1-based)::
+
+    prompts  = sampler.next_prompts()               # P per task from the mix, seeds in order
+    rollout  = collect_rollouts(model, ..., seed)   # G samples each, multi-turn, token stats
+    metrics  = rollout_metrics(batch) | update_step(learner, batch)
+    writer.write(step, metrics)                     # metrics.jsonl + TensorBoard
+    save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
+
+Everything random in a step derives from ``(cfg.seed, step)`` (the rollout seed, the
+mini-batch shuffle), and the checkpoint holds model, optimiser, scheduler, controllers, data
+position and RNG states, so ``--resume`` continues exactly: a run stopped after step 2 and
+resumed logs the same metrics for steps 3-4 as an uninterrupted run (timings aside).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from entropace.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from entropace.train.clip_rules import build_clip_rule
+from entropace.train.config import ModelConfig, OptimConfig, TrainConfig, save_config
+from entropace.train.data import Prompt, TaskSampler
+from entropace.train.metrics_log import MetricsWriter
+from entropace.train.update import Learner, ReferenceFn, rollout_metrics, update_step
+
+# ---------------------------------------------------------------------------------------------
+# Components
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def _lora_options(cfg: ModelConfig) -> dict[str, Any] | None:
+    if not cfg.lora:
+        return None
+    return {
+        "r": cfg.lora_r,
+        "alpha": cfg.lora_alpha,
+        "dropout": cfg.lora_dropout,
+        "target_modules": cfg.lora_target_modules,
+    }
+
+
+def _load_tiny(cfg: ModelConfig, device: str) -> tuple[Any, Any]:
+    from entropace.models.loading import apply_lora
+    from entropace.models.tiny import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed=0)
+    lora = _lora_options(cfg)
+    if lora is not None:
+        model = apply_lora(model, lora)
+    return model.to(device), tokenizer
+
+
+def _load_hf(cfg: ModelConfig, device: str) -> tuple[Any, Any]:
+    from entropace.models import load_model
+
+    return load_model(cfg.name, dtype=cfg.dtype, device=device, lora=_lora_options(cfg))
+
+
+#: ``model.name`` values with their own loader; any other name goes to
+#: :func:`entropace.models.load_model` (hub id, local path, ``smollm2-135m``). ``tiny`` is the
+#: random-initialised test model (smoke runs, tests).
+MODEL_LOADERS: dict[str, Callable[[ModelConfig, str], tuple[Any, Any]]] = {"tiny": _load_tiny}
+
+
+def build_model(cfg: ModelConfig) -> tuple[Any, Any, str]:
+    """``(model, tokenizer, device)`` for the model section of the config."""
+    device = resolve_device(cfg.device)
+    model, tokenizer = MODEL_LOADERS.get(cfg.name, _load_hf)(cfg, device)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, tokenizer, device
+
+
+class WarmupSchedule:
+    """LR factor per optimiser step ``s`` (0-based): linear warmup ``(s + 1) / warmup`` over
+    ``warmup`` steps, then ``constant`` 1, ``linear`` decay to 0 or ``cosine`` decay to 0 at
+    ``total`` steps."""
+
+    def __init__(self, warmup: int, total: int, kind: str) -> None:
+        self.warmup, self.total, self.kind = warmup, max(total, 1), kind
+
+    def __call__(self, s: int) -> float:
+        if s < self.warmup:
+            return (s + 1) / self.warmup
+        progress = min(1.0, (s - self.warmup) / max(self.total - self.warmup, 1))
+        return {
+            "constant": 1.0,
+            "linear": 1.0 - progress,
+            "cosine": 0.5 * (1.0 + float(np.cos(np.pi * progress))),
+        }[self.kind]
+
+
+def build_optimizer(
+    params: list[torch.nn.Parameter], cfg: OptimConfig, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``params`` and its warmup scheduler (stepped once per optimiser step)."""
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+    schedule = WarmupSchedule(cfg.warmup_steps, total_steps, cfg.schedule)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def build_reference(cfg: TrainConfig, model: Any) -> ReferenceFn | None:
+    """Frozen reference log-probs for the KL term: the adapter-disabled model under LoRA,
+    else a frozen copy of the initial weights. None when ``algorithm.kl_beta == 0``."""
+    if cfg.algorithm.kl_beta <= 0:
+        return None
+    from entropace.rollout.stats import sequence_token_stats
+
+    def logprobs(net: Any, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        stats = sequence_token_stats(
+            net, ids, attn, temperature=cfg.rollout.temperature,
+            chunk_size=cfg.rollout.stats_chunk_size, grad=False,
+        )  # fmt: skip
+        return stats.logprob
+
+    if hasattr(model, "disable_adapter"):
+
+        def lora_reference(ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+            with model.disable_adapter():
+                return logprobs(model, ids, attn)
+
+        return lora_reference
+    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    return lambda ids, attn: logprobs(frozen, ids, attn)
+
+
+def build_learner(cfg: TrainConfig, model: Any) -> Learner:
+    """The update's state: AdamW + warmup schedule over the trainable parameters, the clip
+    rule, PAPO's controller (when ``algorithm.papo``), the KL reference (when
+    ``algorithm.kl_beta > 0``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim_steps = cfg.steps * cfg.ppo.epochs * cfg.ppo.num_minibatches
+    optimizer, scheduler = build_optimizer(params, cfg.optim, optim_steps)
+    polarity = None
+    if cfg.algorithm.papo:
+        from entropace.control import PolarityController
+
+        polarity = PolarityController(**dataclasses.asdict(cfg.algorithm.polarity))
+    return Learner(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        clip_rule=build_clip_rule(cfg.algorithm),
+        polarity=polarity,
+        reference=build_reference(cfg, model),
+        cfg=cfg,
+        params=params,
+    )
+
+
+def step_seed(cfg: TrainConfig, step: int) -> int:
+    """The seed of everything random in training step ``step``."""
+    return (cfg.seed * 1_000_003 + step) % (2**63 - 1)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))  # noqa: NPY002 (legacy global state, for user code)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stop requests (SIGINT / SIGTERM)
+# ---------------------------------------------------------------------------------------------
+
+
+class StopRequest:
+    """Signal handler: the first SIGINT/SIGTERM asks the loop to checkpoint and stop after
+    the current step; a second one interrupts at once (``KeyboardInterrupt``)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        print(
+            f"\n{self.signal}: finishing the current step, then checkpointing "
+            "(send again to abort at once)",
+            file=sys.stderr,
+        )
+
+
+@contextmanager
+def stop_handlers(stop: StopRequest) -> Iterator[StopRequest]:
+    """Install ``stop`` for SIGINT and SIGTERM (main thread only), restore afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    last_step: int
+    stopped_by: str | None  # signal name when stopped early, else None
+
+
+def _requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
+    """Rollout requests: each prompt ``G`` times, sharing the prompt's group id; each episode
+    gets a fresh environment built by :func:`entropace.envs.make`."""
+    from entropace.envs import make
+    from entropace.rollout import RolloutRequest
+
+    out = []
+    for p in prompts:
+        options = {"difficulty": cfg.tasks.difficulty, **cfg.tasks.options.get(p.task, {})}
+        factory = functools.partial(make, p.task, **options)
+        for _ in range(cfg.tasks.group_size):
+            out.append(RolloutRequest(task=p.task, env=factory, seed=p.seed, group_id=p.group))
+    return out
+
+
+def _progress(cfg: TrainConfig, start: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=cfg.steps, initial=start, disable=not cfg.log.progress, desc="train", unit="step"
+    )
+
+
+def _postfix(row: dict[str, Any]) -> dict[str, str]:
+    keys = {"reward": "R", "success": "succ", "entropy": "H", "loss": "loss", "time/step": "s"}
+    return {
+        short: f"{row[k]:.3g}" for k, short in keys.items() if isinstance(row.get(k), int | float)
+    }
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> TrainResult:
+    """Train for ``cfg.steps`` steps into ``run_dir`` (resuming from its latest checkpoint).
+
+    Writes ``config.yaml``, ``metrics.jsonl``, ``events/`` and ``checkpoints/``. SIGINT or
+    SIGTERM writes a checkpoint after the current step and returns (``stopped_by`` set).
+    """
+    from entropace.rollout import collect_rollouts
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_root = run_dir / "checkpoints"
+    seed_everything(cfg.seed)
+    save_config(cfg, run_dir / "config.yaml")
+
+    # Components (torchtune style: built here, composed in the Learner)
+    model, tokenizer, device = build_model(cfg.model)
+    learner = build_learner(cfg, model)
+    optimizer, scheduler, polarity = learner.optimizer, learner.scheduler, learner.polarity
+    sampler = TaskSampler(cfg.tasks)
+
+    start = 0
+    if resume:
+        path = latest_checkpoint(ckpt_root)
+        if path is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {ckpt_root}")
+        state = load_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler)
+        start = int(state["step"])
+        sampler.load_state_dict(state["sampler"])
+        learner.clip_rule.load_state_dict(state["clip_rule"])
+        if polarity is not None:
+            polarity.load_state_dict(state["polarity"])
+        learner.skipped_steps = int(state["skipped_steps"])
+
+    def checkpoint(step: int) -> None:
+        state = {
+            "sampler": sampler.state_dict(),
+            "clip_rule": learner.clip_rule.state_dict(),
+            "polarity": polarity.state_dict() if polarity is not None else None,
+            "skipped_steps": learner.skipped_steps,
+        }
+        save_checkpoint(
+            ckpt_root, step, model=model, optimizer=optimizer, scheduler=scheduler,
+            state=state, keep_last=cfg.log.keep_last,
+        )  # fmt: skip
+
+    writer = MetricsWriter(
+        run_dir, tensorboard=cfg.log.tensorboard, resume_step=start if resume else None
+    )
+    bar = _progress(cfg, start)
+    stop = StopRequest()
+    step = start
+    try:
+        with stop_handlers(stop):
+            for step in range(start + 1, cfg.steps + 1):
+                t_step = time.perf_counter()
+                seed = step_seed(cfg, step)
+                model.eval()
+                rollout = collect_rollouts(
+                    model, tokenizer, _requests(sampler.next_prompts(), cfg), cfg.rollout,
+                    task_names=cfg.tasks.names, seed=seed,
+                )  # fmt: skip
+                batch = rollout.batch.to(device)
+                t_update = time.perf_counter()
+                metrics = rollout_metrics(batch)
+                generator = torch.Generator().manual_seed(seed)
+                metrics.update(update_step(learner, batch, generator=generator))
+                now = time.perf_counter()
+                metrics["time/generation"] = float(rollout.timings["generation_s"])
+                metrics["time/stats"] = float(rollout.timings["stats_s"])
+                metrics["time/env"] = float(rollout.timings.get("env_s", 0.0))
+                metrics["time/update"] = now - t_update
+                metrics["time/step"] = now - t_step
+                metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
+                row = writer.write(step, metrics)
+                bar.update(1)
+                bar.set_postfix(_postfix(row), refresh=False)
+                every = cfg.log.checkpoint_every
+                if (every and step % every == 0) or step == cfg.steps or stop.signal:
+                    checkpoint(step)
+                if stop.signal:
+                    break
+    finally:
+        bar.close()
+        writer.close()
+    return TrainResult(run_dir=run_dir, last_step=step, stopped_by=stop.signal)

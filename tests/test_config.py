@@ -1,0 +1,234 @@
+"""The trainer's config: resolution order, overrides, validation messages, presets, recipes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from entropace.train.algorithms import RECIPES, Recipe, get_recipe, register_recipe
+from entropace.train.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+    load_config_file,
+    parse_override,
+    preset_names,
+    save_config,
+    to_dict,
+)
+
+
+def cfg(*overrides: str, preset: str | None = None) -> TrainConfig:
+    return load_config(preset, list(overrides), check_envs=False)
+
+
+# --------------------------------------------------------------------------- resolution order
+
+
+def test_defaults_are_the_dataclass_defaults_plus_the_grpo_recipe() -> None:
+    resolved = to_dict(cfg())
+    expected = to_dict(TrainConfig())
+    expected["algorithm"]["agg"] = "seq-mean-token-mean"  # the only field grpo's recipe changes
+    assert resolved == expected
+
+
+def test_shortcuts_expand() -> None:
+    c = cfg("algo=eppo", "tasks=db,kg", "lr=3e-5", "G=6", "P=3", "model=tiny")
+    assert c.algorithm.name == "eppo" and c.algorithm.clip_rule == "pacer"
+    assert c.tasks.names == ["db", "kg"]
+    assert c.optim.lr == 3e-5
+    assert (c.tasks.group_size, c.tasks.prompts_per_task) == (6, 3)
+    assert c.model.name == "tiny"
+
+
+def test_recipe_below_preset_below_cli(tmp_path) -> None:
+    preset = tmp_path / "mine.yaml"
+    preset.write_text("algorithm:\n  name: dapo\n  eps_high: 0.3\nsteps: 7\n")
+    c = load_config(preset, [], check_envs=False)
+    assert c.algorithm.eps_low == 0.2  # from the dapo recipe
+    assert c.algorithm.eps_high == 0.3  # the preset beats the recipe's 0.28
+    assert c.algorithm.dynamic_sampling and c.algorithm.overlong.enabled
+    assert c.steps == 7
+    c = load_config(preset, ["algorithm.eps_high=0.25", "algorithm.dynamic_sampling=false"],
+                    check_envs=False)  # fmt: skip
+    assert c.algorithm.eps_high == 0.25 and not c.algorithm.dynamic_sampling
+    # the CLI can switch the algorithm of a preset; the new recipe applies, the preset's
+    # explicit eps_high still wins over it
+    c = load_config(preset, ["algo=gspo"], check_envs=False)
+    assert c.algorithm.policy_loss == "gspo" and c.algorithm.eps_low == 3e-4
+    assert c.algorithm.eps_high == 0.3
+
+
+def test_later_overrides_win_and_values_parse_as_yaml() -> None:
+    c = cfg("steps=3", "steps=5", "algorithm.loss_options={dual_clip: 10}", "ppo.shuffle=false")
+    assert c.steps == 5
+    assert c.algorithm.loss_options == {"dual_clip": 10}
+    assert c.ppo.shuffle is False
+    c = cfg("optim.betas=[0.9, 0.95]", "algorithm.pacer.eps_high0=0.28", "rollout.max_turns=null")
+    assert c.optim.betas == [0.9, 0.95]
+    assert c.algorithm.pacer.eps_high0 == 0.28
+    assert c.rollout.max_turns is None
+
+
+def test_scientific_notation_without_dot_is_a_number(tmp_path) -> None:
+    # YAML 1.1 reads 1e-6 as the string "1e-6"; float fields accept it
+    path = tmp_path / "p.yaml"
+    path.write_text("optim:\n  lr: 1e-6\n")
+    assert load_config(path, [], check_envs=False).optim.lr == 1e-6
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ("algorithm.eps_hihg=0.3", ["algorithm.eps_hihg", "did you mean 'eps_high'", "eps_low"]),
+        ("optimm.lr=0.1", ["optimm", "did you mean 'optim'"]),
+        ("algo=eppo2", ["algorithm.name", "'eppo2'", "eppo+papo", "eppo-global"]),
+        ("algorithm.agg=mean", ["algorithm.agg", "token-mean", "seq-mean-token-sum-norm"]),
+        ("algorithm.clip_rule=adaptive", ["algorithm.clip_rule", "pacer", "bapo", "fixed"]),
+        ("algorithm.policy_loss=ppo2", ["algorithm.policy_loss", "did you mean 'ppo'", "gspo"]),
+        ("algorithm.advantage=gae", ["algorithm.advantage", "rloo", "dr_grpo"]),
+        ("tasks.difficulty=extreme", ["tasks.difficulty", "'extreme'", "easy", "hard"]),
+        ("optim.schedule=step", ["optim.schedule", "cosine"]),
+        ("optim.lr=abc", ["optim.lr", "expected a number", "'abc'"]),
+        ("optim.lr=-1", ["optim.lr", "> 0"]),
+        ("ppo.epochs=0", ["ppo.epochs", "> 0"]),
+        ("ppo.epochs=1.5", ["ppo.epochs", "expected an integer"]),
+        ("ppo.shuffle=maybe", ["ppo.shuffle", "true/false"]),
+        ("algorithm.pacer.eps_min=0.25", ["algorithm.pacer", "eps_min <= eps0"]),
+        ("algorithm.pacer.signal=loss", ["algorithm.pacer.signal", "reward_var"]),
+        ("algorithm.polarity.lam=2", ["algorithm.polarity", "lam"]),
+        ("algorithm.bapo.options={c_lo: 0.5}", ["algorithm.bapo.options", "c_lo"]),
+        ("rollout.temperature=0", ["rollout", "temperature"]),
+        ("rollout.max_new_tokens=5", ["rollout.max_new_tokens", "max_new_tokens_per_turn"]),
+        ("tasks.mix={shop: 1}", ["tasks.mix", "'shop'", "reasoning"]),
+        ("tasks.names=[]", ["tasks.names", "at least one"]),
+        ("tasks.names=[db, db]", ["tasks.names", "duplicates"]),
+        ("algorithm.eps_low=1.0", ["algorithm.eps_low", "< 1"]),
+        ("algorithm.overlong={enabled: true, max_len: 10, cache_len: 20}",
+         ["algorithm.overlong.cache_len"]),
+        ("noequals", ["key.sub=value", "algo"]),
+    ],
+)  # fmt: skip
+def test_bad_keys_and_values_name_the_key_and_the_allowed(override, fragments) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg("tasks=db,kg,reasoning", override)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_a_preset_name_is_not_shadowed_by_a_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quick").mkdir()  # e.g. a run directory called quick
+    assert load_config("quick", [], check_envs=False).model.name == "smollm2-135m"
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("quik", [])
+    assert "did you mean 'quick'" in str(info.value) and "paper" in str(info.value)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("/nonexistent/x.yaml", [])
+
+
+def test_unknown_task_lists_the_registered_environments() -> None:
+    from entropace.envs import specs
+
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["tasks=db,nosuchtask"])
+    assert "nosuchtask" in str(info.value)
+    for name in specs():
+        assert repr(name) in str(info.value)
+
+
+def test_parse_override_nests_dotted_keys() -> None:
+    assert parse_override("a.b.c=1") == {"a": {"b": {"c": 1}}}
+    assert parse_override("tasks=db, kg") == {"tasks": {"names": ["db", "kg"]}}
+    assert parse_override("model.name=org/model-1.5B") == {"model": {"name": "org/model-1.5B"}}
+
+
+# --------------------------------------------------------------------------- files and presets
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_saved_config_reloads_identically_for_every_recipe(tmp_path, name) -> None:
+    original = cfg(f"algo={name}", "steps=3", "algorithm.pacer.alpha=0.3")
+    path = save_config(original, tmp_path / "config.yaml")
+    assert to_dict(load_config_file(path, check_envs=False)) == to_dict(original)
+    # overrides on top of a saved file (as --resume does)
+    assert load_config_file(path, ["steps=9"], check_envs=False).steps == 9
+
+
+def test_shipped_presets() -> None:
+    assert {"quick", "paper"} <= set(preset_names())
+    quick = load_config("quick", [])  # quick's tasks must exist in this install
+    paper = cfg(preset="paper")
+    for c in (quick, paper):
+        # several optimiser steps per rollout batch, or the clip rules never act
+        assert c.ppo.epochs * c.ppo.num_minibatches > 1
+    assert quick.model.name == "smollm2-135m" and quick.model.device == "cpu"
+    assert len(set(quick.tasks.names) & {"db", "kg", "reasoning"}) >= 3
+    assert quick.tasks.difficulty == "easy"
+    assert paper.tasks.group_size == 8 and paper.rollout.temperature == 0.8
+    assert paper.rollout.abnormal_penalty == -0.2
+    assert paper.algorithm.name == "eppo" and paper.algorithm.pacer.eps0 == 0.2
+    assert set(paper.tasks.names) == {"db", "kg", "os", "household", "shop"}
+    assert paper.optim.lr == 1e-6
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+EXPECTED = {  # BASELINES.md / ALGORITHMS.md, field by field
+    "grpo": {"advantage": "grpo", "policy_loss": "ppo", "agg": "seq-mean-token-mean"},
+    "dr_grpo": {"advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm"},
+    "dapo": {"eps_low": 0.2, "eps_high": 0.28, "agg": "token-mean", "dynamic_sampling": True},
+    "rloo": {"advantage": "rloo", "agg": "token-mean"},
+    "gspo": {"policy_loss": "gspo", "eps_low": 3e-4, "eps_high": 4e-4},
+    "clip_cov": {"policy_loss": "clip_cov"},
+    "kl_cov": {"policy_loss": "kl_cov"},
+    "dcpo": {"policy_loss": "dcpo", "eps_low": 0.16, "eps_high": 0.2},
+    "bapo": {"clip_rule": "bapo", "policy_loss": "ppo"},
+    "ce_gppo": {"policy_loss": "ce_gppo"},
+    "eppo": {"clip_rule": "pacer", "papo": False},
+    "papo": {"clip_rule": "fixed", "papo": True},
+    "eppo+papo": {"clip_rule": "pacer", "papo": True},
+    "eppo-global": {"clip_rule": "pacer", "pacer.task_wise": False, "pacer.trend": True},
+    "eppo-notrend": {"clip_rule": "pacer", "pacer.trend": False, "pacer.task_wise": True},
+    "eppo-success": {"clip_rule": "pacer", "pacer.signal": "success"},
+    "eppo-rewardvar": {"clip_rule": "pacer", "pacer.signal": "reward_var"},
+}
+
+
+def test_every_required_algorithm_is_registered_with_its_defaults() -> None:
+    assert set(EXPECTED) <= set(RECIPES)
+    for name, fields in EXPECTED.items():
+        a = cfg(f"algo={name}").algorithm
+        for key, value in fields.items():
+            obj = a
+            for part in key.split("."):
+                obj = getattr(obj, part)
+            assert obj == value, (name, key, obj)
+        assert a.kl_beta == 0.0  # recipes differ only in the rule they are about
+
+
+def test_register_recipe_checks_its_overrides() -> None:
+    with pytest.raises(ConfigError, match="recipe 'bad'.*eps_hi"):
+        register_recipe(Recipe("bad", "x", "y", {"eps_hi": 0.3}))
+    assert "bad" not in RECIPES
+    custom = register_recipe(Recipe("my-dapo", "x", "y", {"eps_high": 0.35}))
+    try:
+        assert get_recipe("my-dapo") is custom
+        assert cfg("algo=my-dapo").algorithm.eps_high == 0.35
+    finally:
+        del RECIPES["my-dapo"]
+
+
+def test_config_sections_are_plain_dataclasses() -> None:
+    # one source of truth: every YAML key is a dataclass field
+    c = cfg(preset="quick")
+    assert dataclasses.is_dataclass(c) and dataclasses.is_dataclass(c.rollout)

@@ -1,0 +1,412 @@
+"""The update step: accumulation invariance, controller order, PAPO, clip metrics, NaN skips.
+
+A synthetic rollout batch of the tiny model (random token ids, a loss mask with an
+"observation" hole, old log-probs recomputed by the model itself) exercises the update without
+the rollout engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+import entropace.algos as algos
+from entropace.algos.policy_losses import POLICY_LOSSES, register_policy_loss
+from entropace.control import EntropyPacer, PolarityController
+from entropace.rollout import RolloutBatch, sequence_token_stats
+from entropace.train.algorithms import RECIPES
+from entropace.train.checkpoint import NonFiniteCheckpointError, save_checkpoint
+from entropace.train.config import TrainConfig, load_config
+from entropace.train.trainer import WarmupSchedule, build_learner
+from entropace.train.update import (
+    MiniBatch,
+    accumulate_gradients,
+    polarity_masses,
+    rollout_metrics,
+    step_signals,
+    token_advantages,
+    update_step,
+)
+
+TEMPERATURE = 0.8
+LENGTHS = [24, 20, 16, 22, 18, 24]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from entropace.models.tiny import build_tiny_model
+
+    model, _ = build_tiny_model(seed=0)
+    return model
+
+
+def make_cfg(*overrides: str) -> TrainConfig:
+    base = ["tasks=a,b", f"rollout.temperature={TEMPERATURE}", "rollout.max_episode_tokens=32",
+            "ppo.epochs=1", "ppo.num_minibatches=1", "ppo.micro_batch_size=6", "optim.lr=1e-3"]  # fmt: skip
+    return load_config(None, base + list(overrides), check_envs=False)
+
+
+def make_batch(model, rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 0.0), seed: int = 0) -> RolloutBatch:
+    """6 trajectories, tasks a (0-2) and b (3-5), groups of 3; response tokens from position 8
+    with an observation hole at 12-13; right padding."""
+    g = torch.Generator().manual_seed(seed)
+    B, L = len(LENGTHS), max(LENGTHS)
+    ids = torch.randint(4, model.config.vocab_size, (B, L), generator=g)
+    attn = torch.zeros(B, L, dtype=torch.long)
+    mask = torch.zeros(B, L)
+    for i, n in enumerate(LENGTHS):
+        attn[i, :n] = 1
+        ids[i, n:] = 3
+        mask[i, 8:n] = 1
+        mask[i, 12:14] = 0
+    stats = sequence_token_stats(model, ids, attn, temperature=TEMPERATURE)
+    return RolloutBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=stats.logprob * mask,
+        entropy=stats.entropy * mask,
+        sensitivity=stats.sensitivity * mask,
+        rewards=torch.tensor(rewards),
+        group_ids=torch.tensor([0, 0, 0, 1, 1, 1]),
+        task_ids=torch.tensor([0, 0, 0, 1, 1, 1]),
+        task_names=["a", "b"],
+        success=torch.tensor(rewards) > 0,
+        abnormal=torch.tensor([False, True, False, False, False, False]),
+        num_turns=torch.ones(B, dtype=torch.long),
+    )
+
+
+def as_minibatch(batch: RolloutBatch, adv: torch.Tensor, eps=(0.2, 0.2)) -> MiniBatch:
+    B = batch.size
+    return MiniBatch(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+        loss_mask=batch.loss_mask, old_logprobs=batch.old_logprobs, advantages=adv,
+        eps_low=torch.full((B, 1), eps[0]), eps_high=torch.full((B, 1), eps[1]),
+        task_ids=batch.task_ids,
+    )  # fmt: skip
+
+
+def grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+# ------------------------------------------------------------------------- rollout statistics
+
+
+def test_step_signals_and_rollout_metrics_match_loops(tiny) -> None:
+    batch = make_batch(tiny)
+    sig = step_signals(batch)
+    m = rollout_metrics(batch)
+    for k, name in enumerate("ab"):
+        rows = [i for i in range(6) if batch.task_ids[i] == k]
+        ent = [float(batch.entropy[i, t]) for i in rows for t in range(24) if batch.loss_mask[i, t]]
+        rew = [float(batch.rewards[i]) for i in rows]
+        mean_r = sum(rew) / 3
+        assert sig.task_entropy[name] == pytest.approx(sum(ent) / len(ent), rel=1e-6)
+        assert sig.task_reward_var[name] == pytest.approx(sum((r - mean_r) ** 2 for r in rew) / 3)
+        assert sig.task_success[name] == pytest.approx(sum(r > 0 for r in rew) / 3)
+        assert m[f"task/{name}/entropy"] == pytest.approx(sum(ent) / len(ent), rel=1e-6)
+        assert m[f"task/{name}/response_tokens"] == len(ent)
+        assert m[f"task/{name}/num_episodes"] == 3
+    assert m["task/a/abnormal"] == pytest.approx(1 / 3) and m["task/b/abnormal"] == 0
+    assert m["abnormal"] == pytest.approx(1 / 6)
+    assert m["entropy"] == pytest.approx(
+        float((batch.entropy * batch.loss_mask).sum() / batch.loss_mask.sum()), rel=1e-6
+    )
+
+
+def test_absent_task_has_no_metrics(tiny) -> None:
+    batch = make_batch(tiny).select(torch.tensor([0, 1, 2]))  # task b absent
+    assert "b" not in step_signals(batch).task_entropy
+    assert not any(k.startswith("task/b/") for k in rollout_metrics(batch))
+
+
+# ------------------------------------------------------------------------- advantages
+
+
+def test_token_advantages_grpo_broadcast_and_dynamic_sampling(tiny) -> None:
+    batch = make_batch(tiny, rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 1.0))
+    adv, keep = token_advantages(batch, make_cfg("algo=dapo", "algorithm.overlong.enabled=false"))
+    # group 0 = (1, 0, 0): mean 1/3, std (GRPO convention of entropace.algos) -> loop reference
+    ref = algos.grpo_advantages(batch.rewards, batch.group_ids)
+    for i in range(6):
+        for t in range(24):
+            assert float(adv[i, t]) == pytest.approx(float(ref[i]) * float(batch.loss_mask[i, t]))
+    assert keep.tolist() == [True, True, True, False, False, False]  # group 1 all equal
+
+
+def test_overlong_penalty_enters_the_rewards(tiny) -> None:
+    batch = make_batch(tiny, rewards=(0.0,) * 6)
+    cfg = make_cfg("algo=dr_grpo", "algorithm.overlong={enabled: true, max_len: 14, cache_len: 4}")
+    adv, _ = token_advantages(batch, cfg)
+    lengths = batch.loss_mask.sum(1)  # response tokens: 14, 10, 6, 12, 8, 14
+    penalty = [min(0.0, max(-1.0, (10 - n) / 4)) for n in lengths.tolist()]
+    for i in range(6):
+        group = [j for j in range(6) if batch.group_ids[j] == batch.group_ids[i]]
+        expected = penalty[i] - sum(penalty[j] for j in group) / len(group)  # Dr.GRPO
+        assert float(adv[i, 8]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_polarity_masses_match_a_loop() -> None:
+    g = torch.Generator().manual_seed(1)
+    adv = torch.randn(4, 7, generator=g)
+    pol = torch.randn(4, 7, generator=g)
+    pol[0, :3] = 0
+    mask = (torch.rand(4, 7, generator=g) > 0.3).float()
+    pos, neg = polarity_masses(pol, adv, mask)
+    total = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t])
+    p = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t] and pol[i, t] > 0)
+    n = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t] and pol[i, t] < 0)
+    assert pos == pytest.approx(float(p / total)) and neg == pytest.approx(float(n / total))
+
+
+# ------------------------------------------------------------------------- accumulation
+
+
+@pytest.mark.parametrize("agg", list(algos.AGG_MODES))
+def test_gradient_accumulation_leaves_loss_and_gradient_unchanged(tiny, agg) -> None:
+    batch = make_batch(tiny)
+    adv, _ = token_advantages(batch, make_cfg())
+    # off-policy old log-probs so that clipping binds on some tokens
+    g = torch.Generator().manual_seed(3)
+    batch.old_logprobs = (
+        batch.old_logprobs + 0.3 * torch.randn(6, 24, generator=g)
+    ) * batch.loss_mask
+    results = []
+    for micro in (6, 4, 1):
+        model = copy.deepcopy(tiny).train()
+        learner = build_learner(
+            make_cfg(f"algorithm.agg={agg}", f"ppo.micro_batch_size={micro}"), model
+        )
+        out = accumulate_gradients(learner, as_minibatch(batch, adv))
+        results.append((out, grads(model)))
+    (full, g_full) = results[0]
+    for out, g_micro in results[1:]:
+        assert float(out["loss"]) == pytest.approx(float(full["loss"]), rel=1e-5, abs=1e-7)
+        torch.testing.assert_close(g_micro, g_full, rtol=1e-4, atol=1e-6)
+        for key in ("clip_low", "clip_high", "tokens"):
+            assert out[key].tolist() == full[key].tolist()
+    assert float(full["tokens"].sum()) == float(batch.loss_mask.sum())
+
+
+def test_accumulated_loss_equals_a_float64_token_loop(tiny) -> None:
+    """token-mean PPO loss with dual clip over the whole mini-batch, by hand."""
+    batch = make_batch(tiny)
+    adv, _ = token_advantages(batch, make_cfg())
+    shift = torch.linspace(-0.5, 0.5, 24)[None, :].expand(6, 24)
+    batch.old_logprobs = (batch.old_logprobs + shift) * batch.loss_mask
+    model = copy.deepcopy(tiny)
+    learner = build_learner(make_cfg("algorithm.agg=token-mean", "ppo.micro_batch_size=4"), model)
+    out = accumulate_gradients(learner, as_minibatch(batch, adv))
+    lp = sequence_token_stats(tiny, batch.input_ids, batch.attention_mask,
+                              temperature=TEMPERATURE).logprob.double()  # fmt: skip
+    total, n = 0.0, 0
+    for i in range(6):
+        for t in range(24):
+            if not batch.loss_mask[i, t]:
+                continue
+            r = math.exp(float(lp[i, t]) - float(batch.old_logprobs[i, t]))
+            a = float(adv[i, t])
+            loss = max(-a * r, -a * min(max(r, 0.8), 1.2))
+            if a < 0:
+                loss = min(loss, -3.0 * a)
+            total, n = total + loss, n + 1
+    assert float(out["loss"]) == pytest.approx(total / n, rel=1e-5)
+
+
+def test_per_task_clip_counts_use_each_tasks_bounds(tiny) -> None:
+    batch = make_batch(tiny)
+    lp = sequence_token_stats(tiny, batch.input_ids, batch.attention_mask,
+                              temperature=TEMPERATURE).logprob  # fmt: skip
+    # ratio r = exp(lp - old): 1.5 on even columns, 0.5 on odd ones
+    log_r = torch.where(torch.arange(24) % 2 == 0, math.log(1.5), math.log(0.5)).expand(6, 24)
+    batch.old_logprobs = (lp - log_r) * batch.loss_mask
+    adv = torch.where(torch.arange(6)[:, None] % 2 == 0, 1.0, -1.0).expand(6, 24) * batch.loss_mask
+    mb = as_minibatch(batch, adv)
+    mb.eps_low = torch.tensor([[0.2], [0.2], [0.2], [0.6], [0.6], [0.6]])  # task b: [0.4, 1.6]
+    mb.eps_high = mb.eps_low.clone()
+    out = accumulate_gradients(build_learner(make_cfg(), copy.deepcopy(tiny)), mb)
+    even = torch.arange(24) % 2 == 0
+    m = batch.loss_mask > 0
+    high = [int((m[i] & even).sum()) if i % 2 == 0 and i < 3 else 0 for i in range(6)]
+    low = [int((m[i] & ~even).sum()) if i % 2 == 1 and i < 3 else 0 for i in range(6)]
+    assert out["clip_high"].tolist() == [sum(high[:3]), 0.0]
+    assert out["clip_low"].tolist() == [sum(low[:3]), 0.0]
+
+
+# ------------------------------------------------------------------------- the whole step
+
+
+def test_micro_batching_does_not_change_the_update(tiny) -> None:
+    batch = make_batch(tiny)
+    finals = []
+    for micro in (6, 2):
+        model = copy.deepcopy(tiny)
+        cfg = make_cfg("algo=eppo+papo", "ppo.epochs=2", "ppo.num_minibatches=2",
+                       f"ppo.micro_batch_size={micro}")  # fmt: skip
+        learner = build_learner(cfg, model)
+        metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
+        assert metrics["optimizer_steps"] == 4
+        finals.append((torch.cat([p.detach().flatten() for p in model.parameters()]), metrics))
+    # Adam turns round-off in near-zero gradients into up to ~lr-sized moves: compare loosely
+    # here; loss and grad_norm below (pre-Adam) catch any scaling error
+    torch.testing.assert_close(finals[0][0], finals[1][0], rtol=1e-3, atol=1e-4)
+    for key in ("loss", "grad_norm", "task/a/eps_low", "polarity/pos_mass", "clip_frac_high"):
+        assert finals[0][1][key] == pytest.approx(finals[1][1][key], rel=1e-4, abs=1e-7)
+
+
+def spy_loss(calls: list[dict], *, nan_calls: tuple[int, ...] = ()):
+    """Register a policy loss that records its inputs and wraps ``ppo`` (NaN on given calls)."""
+    name = f"spy-{len(POLICY_LOSSES)}-{id(calls)}"
+
+    @register_policy_loss(name)
+    def fn(logprobs, old_logprobs, advantages, mask, **kwargs):
+        calls.append({"advantages": advantages.detach().clone(), **kwargs})
+        out = POLICY_LOSSES["ppo"](logprobs, old_logprobs, advantages, mask, **kwargs)
+        if len(calls) - 1 in nan_calls:
+            out.loss = out.loss * float("nan")
+        return out
+
+    return name
+
+
+def test_controllers_act_before_the_update_with_this_steps_statistics(tiny) -> None:
+    batch = make_batch(tiny)
+    calls: list[dict] = []
+    cfg = make_cfg("algo=eppo+papo", f"algorithm.policy_loss={spy_loss(calls)}",
+                   "ppo.micro_batch_size=6", "ppo.shuffle=false")  # fmt: skip
+    learner = build_learner(cfg, copy.deepcopy(tiny))
+    # step 1 (warmup) then step 2 with task b's entropy scaled down (collapsing faster)
+    update_step(learner, batch)
+    batch2 = copy.deepcopy(batch)
+    batch2.entropy[3:] *= 0.5
+    calls.clear()
+    metrics = update_step(learner, batch2)
+
+    # the same controllers fed the same statistics, independently
+    pacer, pol = EntropyPacer(), PolarityController()
+    for b in (batch, batch2):
+        sig = step_signals(b)
+        pacer.update(sig.task_entropy)
+        w_plus, w_minus = pol.update(float((b.entropy * b.loss_mask).sum() / b.loss_mask.sum()))
+    bounds = pacer.bounds()
+    assert bounds["b"][0] < bounds["a"][0]  # the collapsing task gets the tighter range
+    eps_low = calls[0]["eps_low"].flatten().tolist()
+    assert eps_low == pytest.approx([bounds["a"][0]] * 3 + [bounds["b"][0]] * 3)
+    assert metrics["task/b/eps_low"] == pytest.approx(bounds["b"][0])
+    assert metrics["task/a/pace_z"] > 0 > metrics["task/b/pace_z"]
+    assert metrics["polarity/w_plus"] == pytest.approx(w_plus)
+
+    # PAPO: the loss saw the reweighted advantages, computed from the recorded sensitivities
+    adv, _ = token_advantages(batch2, cfg)
+    polarity = adv * batch2.sensitivity
+    expected = algos.polarity_reweight(adv, polarity, batch2.loss_mask, w_plus=w_plus,
+                                       w_minus=w_minus)  # fmt: skip
+    torch.testing.assert_close(calls[0]["advantages"], expected)
+    pos, neg = polarity_masses(polarity, adv, batch2.loss_mask)
+    assert metrics["polarity/pos_mass"] == pytest.approx(pos)
+    assert metrics["polarity/neg_mass"] == pytest.approx(neg)
+
+
+def test_non_finite_loss_skips_the_optimizer_step(tiny, caplog) -> None:
+    batch = make_batch(tiny)
+    calls: list[dict] = []
+    cfg = make_cfg(f"algorithm.policy_loss={spy_loss(calls, nan_calls=(0,))}",
+                   "ppo.num_minibatches=2", "ppo.micro_batch_size=6", "ppo.shuffle=false")  # fmt: skip
+    model = copy.deepcopy(tiny)
+    learner = build_learner(cfg, model)
+    metrics = update_step(learner, batch)
+    assert metrics["skipped_steps"] == 1 and learner.skipped_steps == 1
+    assert "optimiser step skipped (1 skipped so far)" in caplog.text
+    assert metrics["optimizer_steps"] == 2
+    assert math.isfinite(metrics["loss"])  # the mean over the finite optimiser step
+    assert all(p.grad is None for p in model.parameters())
+    assert learner.scheduler.last_epoch == 1  # only the finite step advanced the schedule
+    # the result equals a run that only took the second mini-batch's step
+    ref_model = copy.deepcopy(tiny)
+    ref = build_learner(make_cfg("ppo.micro_batch_size=6"), ref_model)
+    adv, _ = token_advantages(batch, cfg)
+    mb = as_minibatch(batch, adv).select(torch.arange(3, 6))
+    out = accumulate_gradients(ref, mb)
+    torch.nn.utils.clip_grad_norm_(list(ref_model.parameters()), cfg.optim.max_grad_norm)
+    ref.optimizer.step()
+    assert float(out["loss"]) == pytest.approx(metrics["loss"], rel=1e-5)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_no_checkpoint_with_nan_weights(tiny, tmp_path) -> None:
+    model = copy.deepcopy(tiny)
+    learner = build_learner(make_cfg(), model)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] = float("nan")
+    with pytest.raises(NonFiniteCheckpointError, match="non-finite"):
+        save_checkpoint(tmp_path, 1, model=model, optimizer=learner.optimizer,
+                        scheduler=learner.scheduler, state={})  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kl_term_adds_beta_times_k3_to_a_reference(tiny) -> None:
+    from entropace.models.tiny import build_tiny_model
+
+    batch = make_batch(tiny)
+    adv, _ = token_advantages(batch, make_cfg())
+    other, _ = build_tiny_model(seed=1)
+    ref_lp = sequence_token_stats(other, batch.input_ids, batch.attention_mask,
+                                  temperature=TEMPERATURE).logprob  # fmt: skip
+    mb = as_minibatch(batch, adv)
+    mb.ref_logprobs = ref_lp
+    plain_cfg = make_cfg("algorithm.agg=token-mean")
+    plain = accumulate_gradients(build_learner(plain_cfg, copy.deepcopy(tiny)), mb)
+    learner = build_learner(make_cfg("algorithm.kl_beta=0.5", "ppo.micro_batch_size=4",
+                                     "algorithm.agg=token-mean"), copy.deepcopy(tiny))  # fmt: skip
+    with_kl = accumulate_gradients(learner, mb)
+    lp = sequence_token_stats(tiny, batch.input_ids, batch.attention_mask,
+                              temperature=TEMPERATURE).logprob.double()  # fmt: skip
+    m = batch.loss_mask.double()
+    d = (ref_lp.double() - lp).clamp(-20, 20)
+    k3 = ((torch.exp(d) - d - 1).clamp(0, 10) * m).sum() / m.sum()  # token-mean, kl_k3's clamps
+    assert float(with_kl["kl"]) == pytest.approx(float(k3), rel=1e-5)
+    assert float(with_kl["loss"] - plain["loss"]) == pytest.approx(0.5 * float(k3), rel=1e-4)
+
+
+def test_bapo_bounds_come_from_the_controller_per_optimizer_step(tiny) -> None:
+    batch = make_batch(tiny)
+    calls: list[dict] = []
+    cfg = make_cfg("algo=bapo", f"algorithm.policy_loss={spy_loss(calls)}", "ppo.epochs=2",
+                   "ppo.shuffle=false")  # fmt: skip
+    learner = build_learner(cfg, copy.deepcopy(tiny))
+    metrics = update_step(learner, batch)
+    assert len(calls) == 2
+    first = calls[0]
+    assert (first["eps_low"], first["eps_high"]) == pytest.approx((0.4, 0.2))  # on-policy start
+    assert metrics["bapo/c_low"] == pytest.approx(1 - calls[1]["eps_low"])
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_takes_finite_optimizer_steps(tiny, name) -> None:
+    batch = make_batch(tiny, rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 1.0))
+    model = copy.deepcopy(tiny)
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    learner = build_learner(make_cfg(f"algo={name}", "ppo.num_minibatches=2"), model)
+    metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
+    assert metrics["skipped_steps"] == 0
+    assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])
+    assert metrics["optimizer_steps"] == 2
+    if name == "dapo":  # dynamic sampling dropped the all-equal group
+        assert metrics["dapo/kept_frac"] == 0.5
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert float((after - before).abs().max()) > 0
+
+
+def test_warmup_schedule_values() -> None:
+    s = WarmupSchedule(4, 10, "linear")
+    assert [s(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert s(7) == pytest.approx(0.5) and s(10) == 0.0
+    c = WarmupSchedule(0, 10, "cosine")
+    assert c(0) == 1.0 and c(5) == pytest.approx(0.5) and c(10) == pytest.approx(0.0)
+    assert WarmupSchedule(2, 10, "constant")(9) == 1.0
