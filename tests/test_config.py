@@ -101,7 +101,7 @@ def test_scientific_notation_without_dot_is_a_number(tmp_path) -> None:
         ("algorithm.pacer.eps_min=0.25", ["algorithm.pacer", "eps_min <= eps0"]),
         ("algorithm.pacer.signal=loss", ["algorithm.pacer.signal", "reward_var"]),
         ("algorithm.polarity.lam=2", ["algorithm.polarity", "lam"]),
-        ("algorithm.bapo.options={c_lo: 0.5}", ["algorithm.bapo.options", "c_lo"]),
+        ("algorithm.bapo.c_lo=0.5", ["algorithm.bapo.c_lo", "c_low0"]),
         ("rollout.temperature=0", ["rollout", "temperature"]),
         ("rollout.max_new_tokens=5", ["rollout.max_new_tokens", "max_new_tokens_per_turn"]),
         ("tasks.mix={shop: 1}", ["tasks.mix", "'shop'", "reasoning"]),

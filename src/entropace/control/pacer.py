@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from entropace.control._ratio import (
     RatioEMA,
@@ -99,7 +99,7 @@ class PacerConfig:
     warmup_steps: int = 1
     trend: bool = True
     task_wise: bool = True
-    signal: str = "entropy"
+    signal: Literal["entropy", "success", "reward_var"] = "entropy"
     eps_high0: float | None = None
 
     def __post_init__(self) -> None:

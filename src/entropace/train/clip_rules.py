@@ -13,7 +13,6 @@ A registry (``algorithm.clip_rule``) of small adapters around the controllers of
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -91,7 +90,7 @@ class PacerClip:
     def __init__(self, cfg: AlgorithmConfig) -> None:
         from entropace.control import EntropyPacer
 
-        self.pacer = EntropyPacer(**dataclasses.asdict(cfg.pacer))
+        self.pacer = EntropyPacer(config=cfg.pacer)
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
         self.pacer.update(
@@ -131,7 +130,7 @@ class BapoClip:
     def __init__(self, cfg: AlgorithmConfig) -> None:
         from entropace.control import BapoClipController
 
-        self.ctrl = BapoClipController(**cfg.bapo.options)
+        self.ctrl = BapoClipController(config=cfg.bapo)
         self.eps = (float(cfg.eps_low), float(cfg.eps_high))
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:

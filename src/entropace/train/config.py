@@ -15,13 +15,13 @@ naming the key and the allowed keys/values.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from entropace.control import BapoConfig, PacerConfig, PolarityConfig
 from entropace.rollout.config import RolloutConfig
 from entropace.train.schema import (
     ConfigError,
@@ -105,45 +105,6 @@ class TasksConfig:
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_offset: int = 0
-
-
-@dataclass
-class PacerConfig:
-    """EPPO's entropy pacer (ALGORITHMS.md section 3); used when ``clip_rule == "pacer"``."""
-
-    eps0: float = 0.2
-    alpha: float = 0.4
-    beta: float = 0.95
-    eps_min: float = 0.15
-    eps_max: float = 0.30
-    warmup_steps: int = 1
-    trend: bool = True
-    task_wise: bool = True
-    signal: Literal["entropy", "success", "reward_var"] = "entropy"
-    eps_high0: float | None = None
-
-
-@dataclass
-class PolarityConfig:
-    """PAPO's polarity controller (ALGORITHMS.md section 4); used when ``papo`` is on."""
-
-    rho_target: float = 0.6
-    kappa: float = 4.0
-    kappa_slope: float = 20.0
-    lam: float = 0.5
-    beta: float = 0.95
-    warmup_steps: int = 1
-
-
-@dataclass
-class BapoConfig:
-    """BAPO's per-optimiser-step clip search (BASELINES.md); used when ``clip_rule == "bapo"``.
-
-    Keys are passed to :class:`entropace.control.BapoClipController` as keyword options;
-    empty means its defaults (c_low 0.6, c_high 1.2, rho0 0.4, ...).
-    """
-
-    options: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -363,21 +324,8 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     for key in ("epochs", "num_minibatches", "micro_batch_size"):
         check_positive(f"ppo.{key}", getattr(p, key))
 
-    # the controllers validate their own options: report them under their config key
-    from entropace.control import BapoConfig as _Bapo
-    from entropace.control import PacerConfig as _Pacer
-    from entropace.control import PolarityConfig as _Polarity
-
-    for key, ctor, options in (
-        ("algorithm.pacer", _Pacer, dataclasses.asdict(a.pacer)),
-        ("algorithm.polarity", _Polarity, dataclasses.asdict(a.polarity)),
-        ("algorithm.bapo.options", _Bapo, dict(a.bapo.options)),
-    ):
-        try:
-            ctor(**options)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{key}: {exc}") from exc
-
+    # the controllers' configs (algorithm.pacer / polarity / bapo) validate themselves on
+    # construction; build_dataclass reports their errors under their dotted key.
     check_positive("steps", cfg.steps)
     check_positive("log.checkpoint_every", cfg.log.checkpoint_every, strict=False)
     check_positive("log.keep_last", cfg.log.keep_last)

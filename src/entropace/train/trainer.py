@@ -17,7 +17,6 @@ resumed logs the same metrics for steps 3-4 as an uninterrupted run (timings asi
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import random
 import signal
@@ -160,7 +159,7 @@ def build_learner(cfg: TrainConfig, model: Any) -> Learner:
     if cfg.algorithm.papo:
         from entropace.control import PolarityController
 
-        polarity = PolarityController(**dataclasses.asdict(cfg.algorithm.polarity))
+        polarity = PolarityController(config=cfg.algorithm.polarity)
     return Learner(
         model=model,
         optimizer=optimizer,
