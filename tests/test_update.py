@@ -410,3 +410,29 @@ def test_warmup_schedule_values() -> None:
     c = WarmupSchedule(0, 10, "cosine")
     assert c(0) == 1.0 and c(5) == pytest.approx(0.5) and c(10) == pytest.approx(0.0)
     assert WarmupSchedule(2, 10, "constant")(9) == 1.0
+
+
+def test_zero_advantage_shortcut_equals_the_full_passes(tiny, monkeypatch) -> None:
+    """All advantages 0 (every group's rewards equal): the shortcut's zero-gradient optimiser
+    steps leave the model, optimiser and metrics exactly as the full forward/backward passes."""
+    import entropace.train.update as update_mod
+
+    first, flat = make_batch(tiny), make_batch(tiny, rewards=(1.0, 1.0, 1.0, 0.0, 0.0, 0.0))
+    results = []
+    for shortcut in (True, False):
+        if not shortcut:
+            monkeypatch.setattr(update_mod, "A_WEIGHTED_LOSSES", frozenset())
+        model = copy.deepcopy(tiny)
+        cfg = make_cfg("algo=eppo", "ppo.num_minibatches=2", "optim.weight_decay=0.1")
+        learner = build_learner(cfg, model)
+        gen = torch.Generator().manual_seed(0)
+        update_step(learner, first, generator=gen)  # builds AdamW momentum
+        metrics = update_step(learner, flat, generator=gen)
+        assert metrics["update/zero_advantage"] == float(shortcut)
+        assert metrics["optimizer_steps"] == 2 and metrics["loss"] == 0.0
+        params = torch.cat([p.detach().flatten() for p in model.parameters()])
+        results.append((params, gen.get_state()))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    moved = (results[0][0] - torch.cat([p.flatten() for p in tiny.parameters()])).abs().max()
+    assert moved > 0  # momentum and weight decay still act on the zero-advantage step

@@ -47,6 +47,10 @@ ReferenceFn = Callable[[Tensor, Tensor], Tensor]
 
 logger = logging.getLogger(__name__)
 
+#: Policy losses whose value is A-weighted on every token (zero advantages -> zero loss and
+#: gradient). KL-Cov is not: its penalty ``|log r|`` does not depend on A.
+A_WEIGHTED_LOSSES: frozenset[str] = frozenset({"ppo", "gspo", "clip_cov", "dcpo", "ce_gppo"})
+
 
 @dataclass
 class Learner:
@@ -430,6 +434,19 @@ def update_step(
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
 
+    # Every loss term is A-weighted (and there is no KL, entropy bonus or KL-Cov penalty) and
+    # every advantage is 0: the gradient is exactly 0, so the forward/backward passes are
+    # skipped and the optimiser steps take zero gradients (AdamW's momentum and weight decay
+    # act exactly as after a full pass; the mini-batch shuffles consume the same randomness).
+    zero_update = (
+        not bool(adv.abs().sum() > 0)
+        and a.kl_beta == 0
+        and a.entropy_coef == 0
+        and a.policy_loss in A_WEIGHTED_LOSSES
+        and not learner.clip_rule.needs_logprobs
+    )
+    metrics["update/zero_advantage"] = float(zero_update)
+
     # (e) epochs x mini-batches of trajectories; one optimiser step per mini-batch
     learner.model.train()
     sums: dict[str, Tensor] = {}
@@ -444,7 +461,12 @@ def update_step(
             if learner.clip_rule.needs_logprobs:  # BAPO: search bounds per optimiser step
                 eps = _minibatch_bounds(learner, mb)
                 bapo_bounds.append(eps)
-            out = accumulate_gradients(learner, mb, eps=eps, generator=generator)
+            if zero_update:
+                for p in learner.params:
+                    p.grad = torch.zeros_like(p)
+                out = {"loss": torch.zeros((), dtype=torch.float64)}
+            else:
+                out = accumulate_gradients(learner, mb, eps=eps, generator=generator)
             grad_norms.append(optimizer_step(learner, out["loss"]))
             losses.append(float(out["loss"]))
             if not math.isfinite(grad_norms[-1]):
@@ -458,7 +480,9 @@ def update_step(
     metrics["optimizer_steps"] = steps
     metrics["skipped_steps"] = learner.skipped_steps
     metrics["lr"] = float(learner.scheduler.get_last_lr()[0])
-    if steps and not sums:  # every optimiser step was skipped (non-finite)
+    if steps and zero_update:
+        metrics["loss"] = metrics["grad_norm"] = 0.0
+    elif steps and not sums:  # every optimiser step was skipped (non-finite)
         metrics["loss"] = metrics["grad_norm"] = math.nan
     if steps and sums:
         finite_losses = [x for x in losses if math.isfinite(x)]
