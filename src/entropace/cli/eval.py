@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from entropace.train.config import ConfigError
-    from entropace.train.evaluate import evaluate, format_table
+    from entropace.train.evaluation import evaluate, format_table
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     try:

@@ -9,7 +9,7 @@ Modules:
     trainer     ``train``: rollout -> update -> log -> checkpoint, exact resume
     checkpoint  atomic keep-last-k checkpoints
     metrics_log ``metrics.jsonl`` and TensorBoard
-    evaluate    ``evaluate``: per-task success on held-out seeds
+    evaluation  ``evaluate``: per-task success on held-out seeds
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "build_learner": "trainer",
     "build_model": "trainer",
     "train": "trainer",
-    "evaluate": "evaluate",
+    "evaluate": "evaluation",
 }
 
 __all__ = sorted(_EXPORTS)
