@@ -6,9 +6,9 @@ Subpackages:
     diagnostics  pace-mismatch and polarity diagnostics
     envs         multi-turn text environments (db, kg, reasoning, os, household, shop)
     rollout      batched multi-turn generation
+    models       model loading (HF causal LMs, the embedded SmolLM2-135M, tiny test models)
     train        the trainer
     report       plots and summaries of runs
-    integrations TRL / verl plug-ins
 """
 
 __version__ = "0.1.0"

@@ -1,1 +1,0 @@
-"""entropace.integrations"""
