@@ -1,7 +1,7 @@
 """Pure tensor functions: token statistics, entropy polarity, advantages, policy losses.
 
-No config objects, no I/O, no host syncs in hot paths. Every later part of entropace (the
-trainer, the TRL and verl plug-ins) calls these; their names are the public API.
+No config objects, no I/O, no host syncs in hot paths. The trainer, and any engine
+plug-in, calls these; their names are the public API.
 """
 
 from entropace.algos.advantages import (
