@@ -621,3 +621,53 @@ def test_lora_wrapped_model_rolls_out_like_its_base(
     lora = collect_rollouts(wrapped, tok, requests(3), CFG, seed=5).batch
     assert torch.equal(base.input_ids, lora.input_ids)
     torch.testing.assert_close(base.old_logprobs, lora.old_logprobs, atol=1e-6, rtol=0)
+
+
+def test_loss_mask_limits_the_vocabulary_work_without_changing_the_loss_columns(
+    tiny_model_and_tokenizer,
+) -> None:
+    """With ``loss_mask``, the LM head runs only from the first loss column of the micro-batch
+    (``logits_to_keep``): columns from there on equal the full computation, earlier ones are 0;
+    a model without ``logits_to_keep`` gives the same numbers."""
+    from entropace.rollout.stats import _takes_logits_to_keep, sequence_token_stats
+
+    model, _ = tiny_model_and_tokenizer
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(4, model.config.vocab_size, (3, 24), generator=g)
+    attn = torch.ones(3, 24, dtype=torch.long)
+    attn[2, 20:] = 0  # right padding in one row
+    loss = torch.zeros(3, 24)
+    loss[0, 10:15] = 1
+    loss[1, 12:24] = 1
+    loss[2, 9:18] = 1  # first loss column of the batch: 9
+    seen: list[int] = []
+
+    class NoKeep(torch.nn.Module):  # a causal LM whose forward has no logits_to_keep
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, position_ids, use_cache):
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, use_cache=use_cache)  # fmt: skip
+            seen.append(out.logits.shape[1])
+            return out
+
+    assert _takes_logits_to_keep(model) and not _takes_logits_to_keep(NoKeep(model))
+    full = sequence_token_stats(model, ids, attn, temperature=0.7)
+    part = sequence_token_stats(model, ids, attn, temperature=0.7, loss_mask=loss)
+    plain = sequence_token_stats(NoKeep(model), ids, attn, temperature=0.7, loss_mask=loss)
+    assert seen == [24]  # the fallback computed every position
+    for name in ("logprob", "entropy", "t1", "t2"):
+        a, b, c = getattr(full, name), getattr(part, name), getattr(plain, name)
+        assert torch.equal(b[:, :9], torch.zeros(3, 9))
+        torch.testing.assert_close(b[:, 9:], a[:, 9:], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6)
+    # the head really ran on fewer positions: 24 - 9 + 1 = 16
+    calls: list[int] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: calls.append(out.shape[1]))
+    try:
+        sequence_token_stats(model, ids, attn, loss_mask=loss)
+    finally:
+        hook.remove()
+    assert calls == [16]

@@ -344,6 +344,7 @@ def collect_rollouts(
                 chunk_size=cfg.stats_chunk_size,
                 micro_batch_size=cfg.micro_batch_size,
                 grad=False,
+                loss_mask=loss_mask.to(device),
             )
         except Exception as exc:
             if is_oom(exc):

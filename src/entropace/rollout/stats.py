@@ -7,6 +7,7 @@ on a micro-batch).
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,6 +26,7 @@ def sequence_token_stats(
     chunk_size: int | None = None,
     micro_batch_size: int | None = None,
     grad: bool = False,
+    loss_mask: Tensor | None = None,
 ) -> TokenStats:
     """Log-prob, entropy and PAPO terms of every token of ``input_ids`` under ``model``.
 
@@ -48,6 +50,11 @@ def sequence_token_stats(
             default of :func:`entropace.algos.token_stats`, about 2 MiB of float32 per buffer on CPU).
         micro_batch_size: rows per forward pass (``None``: all ``B`` at once).
         grad: keep the autograd graph (the update); otherwise runs under ``torch.no_grad``.
+        loss_mask: optional ``[B, L]``; when given, the vocabulary-sized work (LM head and
+            statistics) is done only from the first column that any row of the micro-batch
+            has in its loss mask (models whose ``forward`` takes ``logits_to_keep``, as
+            transformers' causal LMs do): the shared prompt prefix costs no logits. Columns
+            before it are 0; the columns from it on are exactly as without ``loss_mask``.
 
     Returns:
         ``TokenStats`` (``logprob``, ``entropy``, ``t1``, ``t2``; ``sensitivity`` derived), each
@@ -84,19 +91,47 @@ def sequence_token_stats(
                     parts[name].append(ids.new_zeros((rows, length), dtype=dtype))
                 continue
             ids_u, mask_u = ids[:, :used], mask[:, :used]
+            # First column whose statistics are needed (1 without a loss mask).
+            first = 1
+            if loss_mask is not None:
+                loss_cols = loss_mask[start : start + step, :used].any(dim=0).nonzero()
+                if loss_cols.numel():
+                    first = max(1, int(loss_cols.min()))
             position_ids = (mask_u.cumsum(dim=-1) - 1).clamp(min=0)
+            extra = (
+                {"logits_to_keep": used - first + 1}
+                if first > 1 and _takes_logits_to_keep(model)
+                else {}
+            )
             logits = model(
-                input_ids=ids_u, attention_mask=mask_u, position_ids=position_ids, use_cache=False
+                input_ids=ids_u,
+                attention_mask=mask_u,
+                position_ids=position_ids,
+                use_cache=False,
+                **extra,
             ).logits
+            logits = logits[
+                :, logits.shape[1] - (used - first + 1) :
+            ]  # positions first-1 .. used-1
             stats = token_stats(
-                logits[:, :-1], ids_u[:, 1:], temperature=temperature, chunk_size=chunk_size
+                logits[:, :-1], ids_u[:, first:], temperature=temperature, chunk_size=chunk_size
             )
             # Column t (t >= 1) is the state before token t: real only if tokens t-1, t are.
-            valid = (mask_u[:, 1:] * mask_u[:, :-1]).bool()
-            zero = ids.new_zeros((rows, 1), dtype=dtype)
+            valid = (mask_u[:, first:] * mask_u[:, first - 1 : -1]).bool()
+            zero = ids.new_zeros((rows, first), dtype=dtype)
             pad = ids.new_zeros((rows, length - used), dtype=dtype)
             for name in names:
                 # where, not a product: a -inf logprob at a padded position must not become NaN
                 value = torch.where(valid, getattr(stats, name).to(dtype), 0.0)
                 parts[name].append(torch.cat([zero, value, pad], dim=1))
     return TokenStats(**{name: torch.cat(parts[name], dim=0) for name in names})
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` (or, for a PEFT wrapper, its base model's) accepts
+    ``logits_to_keep`` (transformers' causal LMs compute the LM head only on the last N)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False

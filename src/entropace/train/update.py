@@ -236,6 +236,7 @@ def current_logprobs(
         chunk_size=cfg.rollout.stats_chunk_size,
         micro_batch_size=None,
         grad=grad,
+        loss_mask=mb.loss_mask,
     )
     return stats.logprob, stats.entropy
 
