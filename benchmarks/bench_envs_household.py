@@ -14,6 +14,7 @@ import statistics
 import time
 
 from entropace.envs import DIFFICULTIES, make, spec
+from entropace.envs.checks import run_episode
 from entropace.envs.household import generate
 from entropace.envs.household.explorer import Explorer
 from entropace.envs.household.generate import candidates, tables
@@ -47,19 +48,12 @@ def main() -> None:
         resets, steps, solved, turns = [], [], 0, []
         for seed in range(args.n):
             env = make("household", difficulty=difficulty)
-            t = time.perf_counter()
-            obs, _ = env.reset(seed)
-            resets.append(time.perf_counter() - t)
-            policy = spec("household").oracle(env)
-            while True:
-                action = policy(obs)
-                t = time.perf_counter()
-                obs, _r, terminated, truncated, info = env.step(action)
-                steps.append(time.perf_counter() - t)
-                if terminated or truncated:
-                    solved += info["success"]
-                    turns.append(info["turn"])
-                    break
+            env.reset(seed)  # the oracle reads the instance; run_episode resets again, timed
+            ep = run_episode(env, spec("household").oracle(env), seed)
+            resets.append(ep.reset_seconds)
+            steps += ep.step_seconds
+            solved += ep.success
+            turns.append(ep.last_info["turn"])
         explored, explorer_turns = 0, []
         for seed in range(args.n):
             env = make("household", difficulty=difficulty)

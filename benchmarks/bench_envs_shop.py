@@ -10,6 +10,7 @@ import statistics
 import time
 
 from entropace.envs import DIFFICULTIES, make, spec
+from entropace.envs.checks import run_episode
 from entropace.envs.shop import build_catalogue
 
 
@@ -32,18 +33,11 @@ def main() -> None:
         resets, steps, solved = [], [], 0
         for seed in range(args.n):
             env = make("shop", difficulty=difficulty)
-            t = time.perf_counter()
-            obs, _ = env.reset(seed)
-            resets.append(time.perf_counter() - t)
-            policy = spec("shop").oracle(env)
-            while True:
-                action = policy(obs)
-                t = time.perf_counter()
-                obs, _r, terminated, truncated, info = env.step(action)
-                steps.append(time.perf_counter() - t)
-                if terminated or truncated:
-                    solved += info["success"]
-                    break
+            env.reset(seed)  # the oracle reads the instance; run_episode resets again, timed
+            ep = run_episode(env, spec("shop").oracle(env), seed)
+            resets.append(ep.reset_seconds)
+            steps += ep.step_seconds
+            solved += ep.success
         print(
             f"| {difficulty} | {1e3 * statistics.median(resets):.3f} | {1e3 * statistics.median(steps):.3f} "
             f"| {1e3 * percentile(steps, 0.95):.3f} | {len(steps)} | {solved / args.n:.2f} |"

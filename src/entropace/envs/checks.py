@@ -12,6 +12,7 @@ Used by the test suite for every family, and by users who add their own environm
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ class Episode:
     truncated: bool = False
     reset_info: dict[str, Any] = field(default_factory=dict)
     last_info: dict[str, Any] = field(default_factory=dict)
+    reset_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
 
     @property
     def total_reward(self) -> float:
@@ -72,12 +75,19 @@ class Episode:
 
 
 def run_episode(env: TurnLimit, policy: Policy, seed: int) -> Episode:
-    """Play one episode of ``env`` (seed ``seed``) with ``policy`` until it ends."""
+    """Play one episode of ``env`` (seed ``seed``) with ``policy`` until it ends.
+
+    Records the wall time of ``reset`` and of each ``step`` (the policy's time excluded).
+    """
+    t0 = time.perf_counter()
     obs, info = env.reset(seed)
     ep = Episode(seed=seed, observations=[obs], reset_info=info)
+    ep.reset_seconds = time.perf_counter() - t0
     while True:
         action = policy(obs)
+        t0 = time.perf_counter()
         obs, reward, terminated, truncated, info = env.step(action)
+        ep.step_seconds.append(time.perf_counter() - t0)
         ep.actions.append(action)
         ep.observations.append(obs)
         ep.rewards.append(reward)

@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from entropace._lazy import lazy_getattr
 
 _EXPORTS: dict[str, str] = {
     "EpisodeRecord": "batch",
@@ -26,8 +25,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module = importlib.import_module(f"entropace.rollout.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'entropace.rollout' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

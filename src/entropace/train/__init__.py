@@ -14,8 +14,7 @@ Modules:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from entropace._lazy import lazy_getattr
 
 _EXPORTS: dict[str, str] = {
     "ConfigError": "config",
@@ -38,8 +37,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module = importlib.import_module(f"entropace.train.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'entropace.train' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
