@@ -35,6 +35,15 @@ class RolloutConfig:
             all at once).
         generation_batch_size: most episodes in one ``generate`` call (``None`` = all live
             episodes together, the default).
+        share_prefix: episodes whose first prompts are equal (the ``G`` samples of a group)
+            prefill that prompt once and start from copies of its key/value cache
+            (``entropace.rollout.kvcache``). Same ids, mask and positions as without it.
+        reuse_kv: every live episode keeps its key/value cache between turns; the next turn
+            prefills only the tokens after it (the last generated token, the template tokens
+            and the new observation). Off: every turn re-encodes the whole history (the old
+            path, kept for equality tests and benchmarks). Both switches fall back to the old
+            path, with a warning, for models whose cache is not a full-attention
+            ``DynamicCache`` (sliding-window or linear-attention layers).
     """
 
     max_turns: int | None = None
@@ -48,6 +57,8 @@ class RolloutConfig:
     stats_chunk_size: int | None = None
     micro_batch_size: int | None = 8
     generation_batch_size: int | None = None
+    share_prefix: bool = True
+    reuse_kv: bool = True
 
     def __post_init__(self) -> None:
         def positive(name: str, optional: bool) -> None:
@@ -63,6 +74,9 @@ class RolloutConfig:
         positive("stats_chunk_size", True)
         positive("micro_batch_size", True)
         positive("generation_batch_size", True)
+        for name in ("share_prefix", "reuse_kv"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"rollout.{name} must be true or false, got {getattr(self, name)!r}")
         if not (isinstance(self.temperature, int | float) and self.temperature > 0):
             raise ValueError(f"rollout.temperature must be > 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):

@@ -5,7 +5,11 @@ Top to bottom, :func:`collect_rollouts`:
 1. resets every request's environment and tokenises its first prompt (system prompt, first
    observation, assistant header) with the chat template;
 2. loops over turns: ONE batched generation over every live episode, then each environment
-   steps on its episode's text; episodes that end drop out, so the batch shrinks;
+   steps on its episode's text; episodes that end drop out, so the batch shrinks. With
+   ``rollout.share_prefix`` the episodes of a group prefill their common first prompt once;
+   with ``rollout.reuse_kv`` every live episode keeps its key/value cache between turns and a
+   turn prefills only the new tokens (``rollout/kvcache.py``); ``generate`` sees the same ids
+   and attention mask either way;
 3. appends to each episode's token list the generated tokens exactly as sampled (loss mask 1)
    and the template tokens of the next observation (loss mask 0), so the trajectory is
    tokenised once and training sees the sampled tokens;
@@ -32,6 +36,13 @@ from entropace.rollout.batch import EpisodeRecord, RolloutBatch
 from entropace.rollout.chat import ChatLayout, Message
 from entropace.rollout.config import RolloutConfig
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
+from entropace.rollout.kvcache import (
+    PrefixKV,
+    batch_cache,
+    kv_reuse_support,
+    prefill_prefixes,
+    row_prefixes,
+)
 from entropace.rollout.stats import sequence_token_stats
 from entropace.rollout.types import END_REASONS, RolloutRequest, RolloutResult
 
@@ -52,6 +63,7 @@ class _Episode:
     generated: int = 0
     end_reason: str | None = None
     last_stop_text: str | None = None
+    kv: PrefixKV | None = None  # keys/values of ids[:kv.length] (fast path only)
 
     @property
     def done(self) -> bool:
@@ -132,6 +144,20 @@ class _Engine:
         self.pad_id = int(pad if pad is not None else tokenizer.eos_token_id)
         self.timings = {"generation_s": 0.0, "env_s": 0.0}
         self.batch_sizes: list[int] = []
+        #: token positions prefilled for generation (padding included) and served from caches
+        self.kv_counts = {"prefill_tokens": 0, "cached_tokens": 0}
+        self.share_prefix = cfg.share_prefix
+        self.reuse_kv = cfg.reuse_kv
+        if self.share_prefix or self.reuse_kv:
+            reason = kv_reuse_support(model)
+            if reason is not None:
+                warnings.warn(
+                    f"rollout.share_prefix / rollout.reuse_kv are off for this model: {reason}; "
+                    "every turn re-encodes the whole history",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                self.share_prefix = self.reuse_kv = False
 
     # -- episode life cycle ------------------------------------------------------------------
 
@@ -181,6 +207,78 @@ class _Engine:
     def budget(self, ep: _Episode) -> int:
         return min(self.cfg.max_new_tokens_per_turn, self.cfg.max_episode_tokens - len(ep.ids))
 
+    def share_prompts(self, episodes: list[_Episode]) -> None:
+        """Prefill each distinct first prompt once (all but its last token, which ``generate``
+        runs to get the first logits); every episode with that prompt gets a view of it."""
+        t0 = time.perf_counter()
+        distinct: dict[tuple[int, ...], list[_Episode]] = {}
+        for ep in episodes:
+            if len(ep.ids) > 1:
+                distinct.setdefault(tuple(ep.ids), []).append(ep)
+        prompts = list(distinct)
+        try:
+            kvs, positions = prefill_prefixes(
+                self.model,
+                [p[:-1] for p in prompts],
+                pad_id=self.pad_id,
+                max_batch=self.cfg.generation_batch_size or 16,
+            )
+        except Exception as exc:
+            if is_oom(exc):
+                raise RuntimeError(
+                    OOM_HINT.format(what=f"prefilling {len(prompts)} shared prompts")
+                ) from exc
+            raise
+        self.kv_counts["prefill_tokens"] += positions
+        for prompt, kv in zip(prompts, kvs, strict=True):
+            for ep in distinct[prompt]:
+                ep.kv = kv
+        self.timings["generation_s"] += time.perf_counter() - t0
+
+    def generate_chunk(self, chunk: list[_Episode]) -> list[list[int]]:
+        """One ``generate`` over ``chunk``; with cached prefixes only the uncached columns are
+        prefilled (layout in ``rollout/kvcache.py``), and with ``reuse_kv`` every episode keeps
+        the cache of the tokens it will keep."""
+        lengths = [len(ep.ids) for ep in chunk]
+        width = max(lengths)
+        cached = [ep.kv.length if ep.kv is not None else 0 for ep in chunk]
+        use_cache = self.reuse_kv or any(c > 0 for c in cached)
+        cache = None
+        if use_cache:
+            uncached = max(n - c for n, c in zip(lengths, cached, strict=True))
+            keep = [max(0, n - uncached) for n in lengths]
+            cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached)
+            self.kv_counts["cached_tokens"] += sum(keep)
+            self.kv_counts["prefill_tokens"] += len(chunk) * uncached
+        else:
+            self.kv_counts["prefill_tokens"] += len(chunk) * width
+        budgets = [self.budget(ep) for ep in chunk]
+        for ep in chunk:
+            ep.kv = None  # the batch cache holds what is needed; free the old views
+        new = generate_turn(
+            self.model,
+            [ep.ids for ep in chunk],
+            max_new_tokens=max(budgets),
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            do_sample=self.cfg.do_sample,
+            stop_ids=sorted(self.chat.stop_ids),
+            pad_id=self.pad_id,
+            cache=cache,
+        )
+        if self.reuse_kv and cache is not None:
+            # Row i holds ids (columns W - n_i .. W) then its generated tokens; the cache has
+            # every column but the last generated one. Keep the tokens advance() will keep.
+            columns = cache.get_seq_length()
+            starts = [width - n for n in lengths]
+            kept = [
+                min(n + min(len(g), b), columns - s)
+                for n, g, b, s in zip(lengths, new, budgets, starts, strict=True)
+            ]
+            for ep, kv in zip(chunk, row_prefixes(cache, starts, kept), strict=True):
+                ep.kv = kv
+        return new
+
     def generate(self, live: list[_Episode]) -> list[list[int]]:
         """One batched generate over ``live`` (split by ``generation_batch_size`` if set)."""
         step = self.cfg.generation_batch_size or len(live)
@@ -189,16 +287,7 @@ class _Engine:
         for start in range(0, len(live), step):
             chunk = live[start : start + step]
             self.batch_sizes.append(len(chunk))
-            out += generate_turn(
-                self.model,
-                [ep.ids for ep in chunk],
-                max_new_tokens=max(self.budget(ep) for ep in chunk),
-                temperature=self.cfg.temperature,
-                top_p=self.cfg.top_p,
-                do_sample=self.cfg.do_sample,
-                stop_ids=sorted(self.chat.stop_ids),
-                pad_id=self.pad_id,
-            )
+            out += self.generate_chunk(chunk)
         self.timings["generation_s"] += time.perf_counter() - t0
         return out
 
@@ -260,9 +349,13 @@ class _Engine:
 
     def run(self, episodes: list[_Episode]) -> None:
         live = [ep for ep in episodes if not ep.done]
+        if self.share_prefix and live:
+            self.share_prompts(live)
         while live:
             for ep, new in zip(live, self.generate(live), strict=True):
                 self.advance(ep, new)
+                if ep.done:
+                    ep.kv = None  # a finished episode leaves the batch with its cache rows
             live = [ep for ep in live if not ep.done]
         for ep in episodes:
             self.finish(ep)
@@ -409,6 +502,7 @@ def _counts(episodes: list[_Episode], engine: _Engine, max_len: int) -> dict[str
         "generate_calls": len(engine.batch_sizes),
         "abnormal": sum(ep.end_reason != "terminated" for ep in episodes),
         "max_len": max_len,
+        **engine.kv_counts,
     }
     counts.update({f"end_{reason}": reasons.get(reason, 0) for reason in END_REASONS})
     return counts

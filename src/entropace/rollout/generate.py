@@ -44,6 +44,7 @@ def generation_config(
     do_sample: bool,
     stop_ids: Sequence[int],
     pad_id: int,
+    user_cache: bool = False,
 ) -> Any:
     """A fresh ``GenerationConfig`` sampling from temperature + top-p only.
 
@@ -51,6 +52,7 @@ def generation_config(
     ``generation_config.json`` or its global defaults (top-k 50, repetition penalty, ...) is set
     to its neutral value, so the sampling distribution is exactly the one the statistics pass
     describes (up to top-p). A new object per call: nothing about the batch is cached.
+    ``user_cache``: the caller passes its own ``cache`` (then no ``cache_implementation``).
     """
     from transformers import GenerationConfig
 
@@ -74,7 +76,7 @@ def generation_config(
         eos_token_id=sorted(stop_ids),
         pad_token_id=int(pad_id),
         use_cache=True,
-        cache_implementation="dynamic",
+        cache_implementation=None if user_cache else "dynamic",
         **sampling,
     )
 
@@ -89,6 +91,7 @@ def generate_turn(
     do_sample: bool,
     stop_ids: Sequence[int],
     pad_id: int,
+    cache: Any = None,
 ) -> list[list[int]]:
     """Sample one continuation per prompt, in one batched ``model.generate`` call.
 
@@ -97,6 +100,10 @@ def generate_turn(
         max_new_tokens: budget of this call (the largest budget among the episodes; callers
             cut each continuation to its own budget).
         stop_ids: end-of-turn token ids; a row stops after generating one of them.
+        cache: optional ``DynamicCache`` whose ``C`` columns hold the keys/values of the first
+            ``C`` columns of the left-padded prompts (:func:`entropace.rollout.kvcache.batch_cache`);
+            ``generate`` then prefills only the remaining columns and grows the cache in place
+            (afterwards it holds every column but the last generated one).
 
     Returns:
         The generated ids of each prompt, cut after the first stop token (inclusive) and
@@ -113,11 +120,16 @@ def generate_turn(
         do_sample=do_sample,
         stop_ids=stop_ids,
         pad_id=pad_id,
+        user_cache=cache is not None,
     )
+    extra = {"cache": cache} if cache is not None else {}
     try:
         with torch.no_grad():
             output = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, generation_config=config
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                **extra,
             )
     except Exception as exc:
         if is_oom(exc):

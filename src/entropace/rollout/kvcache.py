@@ -1,0 +1,216 @@
+"""Key/value caches kept per episode: shared prompt prefixes and cross-turn reuse.
+
+The old path re-encodes each episode's whole token list at every turn: ``generate`` receives
+the left-padded ``[b, W]`` ids of every live episode and prefills all ``b * W`` positions. The
+fast path hands ``generate`` the *same* ids and attention mask, plus a :class:`DynamicCache`
+whose first ``C`` columns already hold the keys and values of those positions, so that only
+the last ``U = W - C`` columns are prefilled. Because the ids, mask and position ids
+(``cumsum(mask) - 1``) are exactly the old ones, the model computes the same function: the
+tokens differ from the old path only through float round-off of differently shaped matmuls.
+
+Layout of one ``generate`` call over episodes ``i`` with ``n_i`` tokens, ``c_i`` of them cached
+(:class:`PrefixKV`, keys/values of ``ids[:c_i]``)::
+
+    W = max_i n_i                  # left-padded width, as in the old path
+    U = max_i (n_i - c_i)          # columns every row prefills (>= 1)
+    C = W - U                      # cache columns
+    row i, columns [0, W):  [pad * (W - n_i)][ids_i]
+    row i, cache [0, C):    [zeros * (W - n_i)][KV of ids_i[: n_i - U]]   (mask 0 on the zeros)
+
+A row with fewer uncached tokens than ``U`` recomputes a few of its cached ones; that costs
+nothing extra, since the batched prefill runs ``b * U`` positions either way.
+
+Sources of cached prefixes:
+
+* **shared prompt prefix** (:func:`prefill_prefixes`): the ``G`` episodes of a group start from
+  the same first prompt; its first ``n - 1`` tokens are run once and every episode of the
+  group gets a view of the result (the copy into the batch happens in :func:`batch_cache`);
+* **cross-turn reuse** (:func:`row_prefixes`): after ``generate`` the batch's cache holds every
+  row's input and generated tokens; each live episode keeps views of its own real columns, the
+  tokens it will keep (generated tokens past its stop token or budget are excluded). The next
+  turn prefills only the uncached tail: the last generated token, the template tokens that
+  close the turn and the new observation with its user/assistant headers. Finished episodes
+  drop their views, so their rows leave the next batch (and memory).
+
+Only models whose cache is a plain full-attention :class:`DynamicCache` are supported
+(:func:`kv_reuse_support`); sliding-window or linear-attention layers keep the old path.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class PrefixKV:
+    """Keys and values of the first ``length`` tokens of one sequence.
+
+    Attributes:
+        layers: per decoder layer ``(keys, values)``, each ``[H_kv, length, D]`` (usually views
+            into a batched cache; shared between the episodes of a group).
+    """
+
+    layers: list[tuple[Tensor, Tensor]]
+
+    @property
+    def length(self) -> int:
+        return int(self.layers[0][0].shape[-2]) if self.layers else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size()
+                   for k, v in self.layers)  # fmt: skip
+
+
+def kv_reuse_support(model: Any) -> str | None:
+    """``None`` when the fast path applies to ``model``, else the reason it does not.
+
+    The fast path needs ``generate`` to accept a ``cache`` argument and a model config whose
+    layers all map to plain (full attention) ``DynamicLayer`` cache layers.
+    """
+    try:
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+    except ImportError as exc:  # pragma: no cover - transformers is a dependency
+        return f"transformers has no DynamicCache ({exc})"
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return "the model has no transformers config"
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder models are not supported"
+    try:
+        probe = DynamicCache(config=config.get_text_config(decoder=True))
+    except Exception as exc:  # a config transformers cannot map to cache layers
+        return f"no DynamicCache for this config ({exc!r})"
+    if not probe.layers or any(type(layer) is not DynamicLayer for layer in probe.layers):
+        kinds = sorted({type(layer).__name__ for layer in probe.layers})
+        return f"cache layers {kinds} are not all full-attention DynamicLayer"
+    return None
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _length_buckets(lengths: Sequence[int], max_batch: int, waste: float) -> list[list[int]]:
+    """Indices grouped for padded batches: sorted by length (longest first), a bucket grows
+    while its padded size stays within ``waste`` times its real tokens and ``max_batch`` rows."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    for i in order:
+        if buckets:
+            bucket = buckets[-1]
+            width = lengths[bucket[0]]
+            real = sum(lengths[j] for j in bucket) + lengths[i]
+            if len(bucket) < max_batch and width * (len(bucket) + 1) <= waste * real:
+                bucket.append(i)
+                continue
+        buckets.append([i])
+    return buckets
+
+
+def prefill_prefixes(
+    model: Any,
+    prefixes: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    max_batch: int = 16,
+    waste: float = 1.25,
+) -> tuple[list[PrefixKV], int]:
+    """Run each token list once (no grad) and return the keys/values of all its tokens.
+
+    Lists of similar length share a left-padded forward (padded positions at most
+    ``waste`` times the real ones, at most ``max_batch`` rows); positions are
+    ``cumsum(mask) - 1`` as in ``generate``. Only the last position's logits are computed
+    (``logits_to_keep=1``) where the model allows it.
+
+    Returns:
+        ``(kvs, positions)``: one :class:`PrefixKV` per list (an empty list gives an empty
+        prefix) and the number of token positions run (padding included).
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    kvs: list[PrefixKV | None] = [None] * len(prefixes)
+    positions = 0
+    nonempty = [i for i, p in enumerate(prefixes) if len(p) > 0]
+    keep = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    for bucket in _length_buckets([len(prefixes[i]) for i in nonempty], max_batch, waste):
+        rows = [nonempty[j] for j in bucket]
+        width = max(len(prefixes[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            n = len(prefixes[i])
+            ids[r, width - n :] = torch.tensor(list(prefixes[i]), dtype=torch.long)
+            mask[r, width - n :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=True,
+                **keep,
+            )
+        positions += int(ids.numel())
+        lengths = [len(prefixes[i]) for i in rows]
+        views = row_prefixes(cache, [width - n for n in lengths], lengths)
+        for i, kv in zip(rows, views, strict=True):
+            kvs[i] = kv
+    empty = PrefixKV([])
+    return [kv if kv is not None else empty for kv in kvs], positions
+
+
+def batch_cache(prefixes: Sequence[PrefixKV | None], keep: Sequence[int], width: int) -> Any:
+    """A ``DynamicCache`` of ``width`` columns: row ``i`` holds the first ``keep[i]`` cached
+    tokens of ``prefixes[i]`` right-aligned (columns ``[width - keep[i], width)``), zeros
+    before them (masked by the caller's attention mask).
+
+    Shapes: each layer's keys/values ``[b, H_kv, width, D]``. ``width == 0`` gives an empty
+    cache that ``generate`` fills.
+    """
+    from transformers import DynamicCache
+
+    if width == 0:
+        return DynamicCache()
+    template = next((p for p, k in zip(prefixes, keep, strict=True) if k > 0 and p), None)
+    if template is None:
+        raise ValueError("batch_cache: width > 0 but no row has cached tokens to keep")
+    data: list[tuple[Tensor, Tensor]] = []
+    for layer, (k0, v0) in enumerate(template.layers):
+        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]))
+        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]))
+        for row, (prefix, n) in enumerate(zip(prefixes, keep, strict=True)):
+            if n <= 0:
+                continue
+            if prefix is None or prefix.length < n:
+                raise ValueError(f"batch_cache: row {row} keeps {n} tokens of a shorter prefix")
+            k, v = prefix.layers[layer]
+            keys[row, :, width - n :] = k[:, :n]
+            values[row, :, width - n :] = v[:, :n]
+        data.append((keys, values))
+    return DynamicCache(ddp_cache_data=data)
+
+
+def row_prefixes(cache: Any, starts: Sequence[int], lengths: Sequence[int]) -> list[PrefixKV]:
+    """Views of row ``i``'s columns ``[starts[i], starts[i] + lengths[i])`` of every layer."""
+    out: list[PrefixKV] = []
+    layers = [(layer.keys, layer.values) for layer in cache.layers]
+    for row, (start, n) in enumerate(zip(starts, lengths, strict=True)):
+        out.append(PrefixKV([(k[row, :, start : start + n], v[row, :, start : start + n])
+                             for k, v in layers]))  # fmt: skip
+    return out
