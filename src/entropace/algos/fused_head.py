@@ -1,0 +1,366 @@
+"""Token statistics straight from hidden states: a fused LM head + :func:`token_stats`.
+
+For hidden states ``h`` (``[N, d]``), an LM head ``W`` (``[V, d]``, optional bias ``b``), the
+logits of row ``n`` are ``z_n = W h_n + b`` and, at temperature ``T``, ``p_n = softmax(z_n / T)``.
+:func:`hidden_token_stats` returns exactly what ``token_stats(h @ W.T + b, tokens)`` returns
+(``logprob``, ``entropy``, and the PAPO polarity terms ``t1``, ``t2``; ``shared/docs/ALGORITHMS.md``
+section 4) without ever holding the ``[N, V]`` logits:
+
+- **forward**: ``chunk_size`` rows at a time, ``z = h_chunk W^T + b`` goes into one reused float32
+  ``[chunk_size, V]`` buffer, and :func:`token_stats` reduces it to the four statistics. Only two
+  numbers per row are kept for backward: the log-normaliser ``lse = logsumexp(z / T)`` (computed
+  as ``z_y / T - logprob``; directly for a row whose sampled token is masked) and the entropy ``H``.
+- **backward** (gradients flow through ``logprob`` and ``entropy``; ``t1`` and ``t2`` are detached,
+  as in :func:`token_stats`): with ``lse`` and ``H`` saved, the logit gradient of every
+  ``(row, vocabulary entry)`` is known without a row-wise reduction::
+
+      log p = z / T - lse,   p = exp(log p)
+      dL/dz = (g_l e_y - p (g_l + g_H (log p + H))) / T
+
+  so backward walks vocabulary blocks (outer) and token chunks (inner): each tile recomputes its
+  logits, forms ``G = dL/dz`` (``[chunk, block]``), and accumulates ``dL/dh += G W_block`` and
+  ``dL/dW_block = G^T h`` (``dL/db_block = sum_rows G``). ``dL/dW`` is written block by block in the
+  weight's dtype, so no float32 ``[V, d]`` accumulator is needed even for bfloat16 weights.
+
+Precision: logits are formed in float32 (float64 for float64 inputs). For bfloat16 / float16
+inputs the weight is up-cast one vocabulary block at a time (``vocab_block`` rows) and the matmul
+runs in float32, so the logits are the float32 products of the low-precision values, not logits
+rounded to bfloat16 as a plain ``lm_head`` returns them; the gradients are accumulated in float32
+and rounded once to the input dtype. Cost: the forward does one ``N x d x V`` matmul (as the plain
+head), the backward three (the plain head's backward does two), in exchange for ``O(chunk * V)``
+memory instead of ``O(N * V)``.
+
+TRL's and Liger's fused linear heads (log-probs and entropy from hidden states) follow the same
+idea; none computes ``t2``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from entropace.algos.token_stats import TokenStats, token_stats
+
+__all__ = ["hidden_token_stats", "default_head_chunk_size"]
+
+# Rows per forward chunk: the float32 [rows, V] logits buffer holds about this many bytes. The
+# matmul re-reads all of W once per chunk, so chunks must be larger than token_stats' cache-sized
+# ones (token_stats still walks each chunk in cache-sized pieces). CPU value: measured in
+# benchmarks/results/fused_head.md; accelerators: a bound, not a measured optimum.
+_CHUNK_BYTES: dict[str, int] = {"cpu": 32 * 2**20}
+_CHUNK_BYTES_ACCELERATOR = 256 * 2**20
+_MIN_ROWS = 16
+# Vocabulary rows per block of the backward tiles (and of the forward's up-cast of low-precision
+# weights).
+_VOCAB_BLOCK = 4096
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def default_head_chunk_size(vocab_size: int, device: torch.device | str = "cpu") -> int:
+    """Rows per chunk: a float32 ``[rows, vocab_size]`` buffer of ~32 MiB on CPU, ~256 MiB on
+    accelerators, and at least 16 rows (so the matmul is not dominated by reading ``W``)."""
+    budget = _CHUNK_BYTES.get(torch.device(device).type, _CHUNK_BYTES_ACCELERATOR)
+    return max(_MIN_ROWS, budget // (4 * max(1, vocab_size)))
+
+
+def _project(
+    h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor, wbuf: Tensor | None
+) -> None:
+    """``out = h W^T + b`` in ``out.dtype``. ``h``: ``[n, d]`` already in the compute dtype;
+    ``weight``: ``[k, d]`` (any float dtype); ``bias``: ``[k]`` compute dtype or ``None``;
+    ``out``: ``[n, k]`` (a column slice of a wider buffer is fine). ``wbuf``: a ``[>= block, d]``
+    compute-dtype buffer for up-casting the weight block by block; ``None`` when ``weight``
+    already has the compute dtype."""
+    if wbuf is None:
+        if bias is None:
+            torch.mm(h, weight.t(), out=out)
+        else:
+            torch.addmm(bias, h, weight.t(), out=out)
+        return
+    block = wbuf.shape[0]
+    for v0 in range(0, weight.shape[0], block):
+        v1 = min(v0 + block, weight.shape[0])
+        wb = wbuf[: v1 - v0]
+        wb.copy_(weight[v0:v1])
+        _project(h, wb, None if bias is None else bias[v0:v1], out[:, v0:v1], None)
+
+
+class _HiddenTokenStatsFn(torch.autograd.Function):
+    """Chunked fused head. Saves ``h``, ``W``, ``b``, the tokens, and ``lse``, ``H`` per row."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        tokens: Tensor,
+        temperature: float,
+        chunk_size: int,
+        vocab_block: int,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        n_rows, vocab = hidden.shape[0], weight.shape[0]
+        cdt = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        dev = hidden.device
+        outs = [torch.empty(n_rows, dtype=cdt, device=dev) for _ in range(4)]
+        lse = torch.empty(n_rows, dtype=cdt, device=dev)
+        low = weight.dtype != cdt
+        bias_c = None if bias is None else bias.to(cdt)
+        wbuf = (
+            torch.empty(min(vocab_block, vocab), weight.shape[1], dtype=cdt, device=dev)
+            if low
+            else None
+        )
+        buf = torch.empty(min(chunk_size, max(n_rows, 1)), vocab, dtype=cdt, device=dev)
+        for start in range(0, n_rows, chunk_size):
+            stop = min(start + chunk_size, n_rows)
+            z = buf[: stop - start]
+            _project(hidden[start:stop].to(cdt), weight, bias_c, z, wbuf)
+            y = tokens[start:stop]
+            try:
+                stats = token_stats(z, y, temperature=temperature)
+            except ValueError as err:
+                raise ValueError(
+                    f"hidden_token_stats: non-finite logits in the token chunk starting at row "
+                    f"{start} (positions are relative to the chunk): {err}"
+                ) from err
+            for out, value in zip(outs, (stats.logprob, stats.entropy, stats.t1, stats.t2)):
+                out[start:stop] = value
+            z_y = z.gather(1, y[:, None]).squeeze(1)
+            lse_c = (z_y / temperature if temperature != 1.0 else z_y) - stats.logprob
+            masked = ~torch.isfinite(lse_c)  # the sampled token is masked (-inf bias)
+            if bool(masked.any()):
+                lse_c[masked] = torch.logsumexp(z[masked] / temperature, dim=1)
+            lse[start:stop] = lse_c
+        del buf, wbuf
+        logprob, entropy, t1, t2 = outs
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse, entropy)
+        ctx.temperature = temperature
+        ctx.chunk_size = chunk_size
+        ctx.vocab_block = vocab_block
+        ctx.mark_non_differentiable(t1, t2)
+        return logprob, entropy, t1, t2
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        grad_logprob: Tensor | None,
+        grad_entropy: Tensor | None,
+        _grad_t1: Tensor | None,
+        _grad_t2: Tensor | None,
+    ) -> tuple[Tensor | None, ...]:
+        hidden, weight, bias, tokens, lse, entropy = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        temperature: float = ctx.temperature
+        n_rows, d = hidden.shape
+        vocab = weight.shape[0]
+        cdt, dev = lse.dtype, lse.device
+        # Per-row coefficients, 1/T folded in: G = -p (a + c (log p + H)) + a e_y, a = g_l / T,
+        # c = g_H / T.
+        a = torch.zeros_like(lse) if grad_logprob is None else grad_logprob.to(cdt) / temperature
+        c = torch.zeros_like(lse) if grad_entropy is None else grad_entropy.to(cdt) / temperature
+        h_c = hidden.to(cdt)  # [N, d]: a no-op for float32 / float64
+        low = weight.dtype != cdt
+        bias_c = None if bias is None else bias.to(cdt)
+        grad_h = torch.zeros(n_rows, d, dtype=cdt, device=dev) if need_h else None
+        grad_w = torch.empty_like(weight) if need_w else None
+        grad_b = torch.empty(vocab, dtype=cdt, device=dev) if need_b else None
+        if n_rows == 0 or not (need_h or need_w or need_b):
+            if grad_w is not None:
+                grad_w.zero_()
+            if grad_b is not None:
+                grad_b.zero_()
+            return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
+        rows = min(ctx.chunk_size, n_rows)
+        block = min(ctx.vocab_block, vocab)
+        logp_buf = torch.empty(rows, block, dtype=cdt, device=dev)
+        p_buf = torch.empty(rows, block, dtype=cdt, device=dev)
+        wb_buf = torch.empty(block, d, dtype=cdt, device=dev) if low else None
+        # Low-precision or chunked weight gradients accumulate in a [block, d] float32 buffer.
+        gw_acc = (
+            torch.empty(block, d, dtype=cdt, device=dev)
+            if need_w and (low or n_rows > rows)
+            else None
+        )
+        lowest = torch.finfo(cdt).min
+        for v0 in range(0, vocab, block):
+            v1 = min(v0 + block, vocab)
+            k = v1 - v0
+            if wb_buf is None:
+                wb = weight[v0:v1]
+            else:
+                wb = wb_buf[:k]
+                wb.copy_(weight[v0:v1])
+            bb = None if bias_c is None else bias_c[v0:v1]
+            if gw_acc is not None:
+                gw_acc[:k].zero_()
+            for t0 in range(0, n_rows, rows):
+                t1 = min(t0 + rows, n_rows)
+                sl = slice(t0, t1)
+                n = t1 - t0
+                g, p = logp_buf[:n, :k], p_buf[:n, :k]
+                _project(h_c[sl], wb, bb, g, None)
+                if temperature != 1.0:
+                    g.div_(temperature)
+                g.sub_(lse[sl, None])  # log p
+                torch.exp(g, out=p)
+                g.clamp_(min=lowest)  # -inf bias entries: p = 0, so p log p = 0, not NaN
+                g.mul_(p)  # p log p
+                g.addcmul_(p, entropy[sl, None])  # p (log p + H)
+                g.mul_(-c[sl, None])
+                g.addcmul_(p, -a[sl, None])
+                # + a e_y for the rows whose token lies in this block (others add 0)
+                idx = tokens[sl] - v0
+                inside = (idx >= 0) & (idx < k)
+                g.scatter_add_(1, idx.clamp(0, k - 1)[:, None], (a[sl] * inside)[:, None])
+                if grad_h is not None:
+                    grad_h[sl].addmm_(g, wb)
+                if grad_w is not None:
+                    if gw_acc is None:
+                        torch.mm(g.t(), h_c[sl], out=grad_w[v0:v1])
+                    else:
+                        gw_acc[:k].addmm_(g.t(), h_c[sl])
+                if grad_b is not None:
+                    if t0 == 0:
+                        grad_b[v0:v1] = g.sum(0)
+                    else:
+                        grad_b[v0:v1] += g.sum(0)
+            if grad_w is not None and gw_acc is not None:
+                grad_w[v0:v1].copy_(gw_acc[:k])
+        return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
+
+
+def _grads_out(
+    grad_h: Tensor | None,
+    grad_w: Tensor | None,
+    grad_b: Tensor | None,
+    hidden: Tensor,
+    bias: Tensor | None,
+) -> tuple[Tensor | None, ...]:
+    """Cast the float32 accumulators to the input dtypes; ``None`` for the non-tensor inputs."""
+    gh = None if grad_h is None else grad_h.to(hidden.dtype)
+    gb = None if grad_b is None or bias is None else grad_b.to(bias.dtype)
+    return gh, grad_w, gb, None, None, None, None
+
+
+def _check_inputs(
+    hidden: Tensor, weight: Tensor, tokens: Tensor, bias: Tensor | None, temperature: float
+) -> None:
+    """Raise ``ValueError`` with the offending shape / dtype / value for any bad input."""
+    name = "hidden_token_stats"
+    if not isinstance(hidden, Tensor) or hidden.dim() < 1:
+        raise ValueError(f"{name}: hidden must be a tensor of shape [..., d]")
+    if not isinstance(weight, Tensor) or weight.dim() != 2:
+        shape = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
+        raise ValueError(f"{name}: weight must be a [V, d] tensor, got {shape}")
+    if hidden.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name}: hidden must be a floating tensor, got dtype {hidden.dtype}")
+    if weight.dtype != hidden.dtype:
+        raise ValueError(
+            f"{name}: weight dtype {weight.dtype} must equal hidden dtype {hidden.dtype}"
+        )
+    if weight.shape[0] == 0:
+        raise ValueError(f"{name}: the vocabulary dimension of weight is empty")
+    if hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"{name}: hidden size {hidden.shape[-1]} (hidden.shape[-1]) must equal "
+            f"weight.shape[1] = {weight.shape[1]}"
+        )
+    if weight.device != hidden.device:
+        raise ValueError(f"{name}: weight on {weight.device} but hidden on {hidden.device}")
+    if bias is not None:
+        if not isinstance(bias, Tensor) or tuple(bias.shape) != (weight.shape[0],):
+            shape = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
+            raise ValueError(f"{name}: bias must be [V] = [{weight.shape[0]}], got {shape}")
+        if bias.dtype != hidden.dtype or bias.device != hidden.device:
+            raise ValueError(
+                f"{name}: bias must match hidden's dtype and device ({hidden.dtype}, "
+                f"{hidden.device}), got ({bias.dtype}, {bias.device})"
+            )
+    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.is_complex():
+        raise ValueError(f"{name}: tokens must be an integer tensor")
+    if tokens.dtype == torch.bool:
+        raise ValueError(f"{name}: tokens must be an integer tensor, got bool")
+    if tuple(tokens.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(
+            f"{name}: tokens shape {tuple(tokens.shape)} must equal hidden.shape[:-1] = "
+            f"{tuple(hidden.shape[:-1])}"
+        )
+    if tokens.device != hidden.device:
+        raise ValueError(f"{name}: tokens on {tokens.device} but hidden on {hidden.device}")
+    if not float(temperature) > 0.0 or temperature == float("inf"):
+        raise ValueError(f"{name}: temperature must be finite and > 0, got {temperature}")
+
+
+def hidden_token_stats(
+    hidden: Tensor,
+    weight: Tensor,
+    tokens: Tensor,
+    *,
+    bias: Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+    vocab_block: int | None = None,
+) -> TokenStats:
+    """``token_stats(hidden @ weight.T + bias, tokens)`` without materialising the logits.
+
+    Args:
+        hidden: ``[..., d]`` hidden states (the LM head's input: after the model's final norm),
+            float16 / bfloat16 / float32 / float64.
+        weight: ``[V, d]`` LM-head weight (e.g. ``model.lm_head.weight``; a tied input embedding
+            works the same way, its gradient adds to the embedding's), same dtype as ``hidden``.
+        tokens: ``hidden.shape[:-1]`` integer ids in ``[0, V)``: the token whose statistics each
+            row gives (the *next* token of the position the hidden state belongs to).
+        bias: optional ``[V]`` head bias, same dtype; ``-inf`` entries mask vocabulary entries.
+        temperature: ``T > 0``; the statistics are those of ``softmax(logits / T)``.
+        chunk_size: token rows per chunk (``None``: :func:`default_head_chunk_size`). The result
+            does not depend on it (up to matmul round-off); peak extra memory is about
+            ``chunk_size * V * 4`` bytes in forward and ``2 * chunk_size * vocab_block * 4`` in
+            backward, plus the outputs and gradients.
+        vocab_block: vocabulary rows per backward tile and per up-cast block of a low-precision
+            weight (``None``: 4096).
+
+    Returns:
+        :class:`~entropace.algos.token_stats.TokenStats` with fields shaped ``hidden.shape[:-1]``,
+        float32 (float64 for float64 inputs). Gradients flow into ``hidden``, ``weight`` and
+        ``bias`` through ``logprob`` and ``entropy``; ``t1`` and ``t2`` are detached.
+
+    Raises:
+        ValueError: bad shapes, dtypes or devices, token ids out of range, ``temperature <= 0``,
+            ``chunk_size`` / ``vocab_block < 1``, or non-finite logits (NaN / inf in the inputs).
+    """
+    _check_inputs(hidden, weight, tokens, bias, temperature)
+    vocab = weight.shape[0]
+    for label, value in (("chunk_size", chunk_size), ("vocab_block", vocab_block)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                f"hidden_token_stats: {label} must be a positive int or None, got {value}"
+            )
+    if chunk_size is None:
+        chunk_size = default_head_chunk_size(vocab, hidden.device)
+    if vocab_block is None:
+        vocab_block = _VOCAB_BLOCK
+    if tokens.numel() > 0:
+        lo, hi = torch.aminmax(tokens)
+        if bool(lo < 0) or bool(hi >= vocab):
+            raise ValueError(
+                f"hidden_token_stats: token ids must lie in [0, {vocab}), got min {int(lo)}, "
+                f"max {int(hi)}"
+            )
+    shape = tokens.shape
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    outs = _HiddenTokenStatsFn.apply(
+        flat_hidden,
+        weight,
+        bias,
+        tokens.reshape(-1).long(),
+        float(temperature),
+        chunk_size,
+        vocab_block,
+    )
+    logprob, entropy, t1, t2 = (out.view(shape) for out in outs)
+    return TokenStats(logprob=logprob, entropy=entropy, t1=t1, t2=t2)
