@@ -20,6 +20,9 @@ from entropace.algos.dapo import (
     dynamic_sampling_mask,
     overlong_penalty,
 )
+from entropace.algos.fused_head import (
+    hidden_token_stats,
+)
 from entropace.algos.kl import (
     kl_k3,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "entropy_polarity",
     "get_policy_loss",
     "grpo_advantages",
+    "hidden_token_stats",
     "kl_k3",
     "loss_counts",
     "overlong_penalty",
