@@ -1,0 +1,253 @@
+"""Which entropace algorithm recipes TRL's ``GRPOTrainer`` can run, and how they map onto it.
+
+TRL 1.16's loss is one clamp-based PPO surrogate,
+``-min(r A, clamp(r, 1 - epsilon_low, 1 + epsilon_high) A)`` with ``r`` per token
+(``importance_sampling_level="token"``) or per sequence (``"sequence"``), aggregated by
+``loss_type`` (``grpo``: per-sequence token mean; ``dapo``: token mean over the global batch;
+``dr_grpo``: per-sequence token sum / ``max_completion_length``), with group advantages
+``(R - mean_g) / (std_g + 1e-4)`` (``scale_rewards="group"``) or ``R - mean_g`` (``"none"``).
+:class:`~entropace.integrations.trl.EntropaceGRPOTrainer` adds per-completion clip bounds
+(EPPO), ``(B, T)`` advantages (PAPO) and replaced advantages (RLOO); a recipe is runnable when
+it needs nothing more. :func:`resolve_recipe` turns a recipe name into the ``GRPOConfig``
+fields it sets plus the controllers the trainer runs.
+
+Recipes that cannot run, and why, are listed in :data:`UNSUPPORTED`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from entropace.control import PacerConfig, PolarityConfig
+
+__all__ = ["SUPPORTED", "UNSUPPORTED", "TRLRecipe", "resolve_recipe"]
+
+#: Recipe names :class:`EntropaceGRPOTrainer` runs.
+SUPPORTED: tuple[str, ...] = (
+    "grpo",
+    "dr_grpo",
+    "dapo",
+    "rloo",
+    "gspo",
+    "eppo",
+    "eppo-global",
+    "eppo-notrend",
+    "eppo-success",
+    "eppo-rewardvar",
+    "papo",
+    "eppo+papo",
+)
+
+#: Recipe name -> why TRL's loss cannot express it.
+UNSUPPORTED: dict[str, str] = {
+    "clip_cov": (
+        "Clip-Cov drops the gradient of a random subset of the batch's highest-covariance "
+        "tokens; TRL's clamp surrogate has no per-token gradient selection"
+    ),
+    "kl_cov": (
+        "KL-Cov adds a KL penalty on the batch's highest-covariance tokens; TRL's loss has no "
+        "per-token penalty term besides its global k3 KL to a reference model"
+    ),
+    "dcpo": (
+        "DCPO's bounds depend on each token's old probability and its advantages are smoothed "
+        "across visits of a prompt; TRL's clamp receives per-sequence bounds here and "
+        "computes plain group advantages"
+    ),
+    "ce_gppo": (
+        "CE-GPPO keeps a scaled gradient on clipped tokens; TRL's min(r A, clamp(r) A) zeroes it"
+    ),
+    "bapo": (
+        "BAPO searches its bounds once per optimiser step from the current policy's log-probs "
+        "(an extra no-grad pass); TRL's loop has no hook between the optimiser steps of one "
+        "generation batch"
+    ),
+}
+
+_LOSS_TYPE: dict[str, str] = {
+    "token-mean": "dapo",
+    "seq-mean-token-mean": "grpo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+}
+_SCALE_REWARDS: dict[str, str] = {"grpo": "group", "dr_grpo": "none", "rloo": "none"}
+_IS_LEVEL: dict[str, str] = {"ppo": "token", "gspo": "sequence"}
+
+
+@dataclass(frozen=True)
+class TRLRecipe:
+    """A recipe resolved for TRL.
+
+    Attributes:
+        name: the recipe name.
+        trl_args: ``GRPOConfig`` fields the recipe sets (``loss_type``, ``scale_rewards``,
+            ``epsilon``, ``epsilon_high``, ``importance_sampling_level``).
+        pacer: EPPO's pacer config (per-task clip bounds), or None (fixed bounds).
+        polarity: PAPO's controller config, or None (no reweighting).
+        advantage: ``"rloo"`` when the trainer replaces TRL's advantages, else None.
+        overlong: DAPO's soft overlong penalty ``(max_len, cache_len)`` added as a reward
+            function, or None.
+        notes: where the TRL run differs from entropace's own trainer (shown as warnings).
+    """
+
+    name: str
+    trl_args: dict[str, Any]
+    pacer: PacerConfig | None = None
+    polarity: PolarityConfig | None = None
+    advantage: str | None = None
+    overlong: tuple[int, int] | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def needs_stats(self) -> bool:
+        """True when the trainer runs its no-grad statistics pass (EPPO or PAPO on)."""
+        return self.pacer is not None or self.polarity is not None
+
+
+def _algorithm_config(name: str, overrides: Mapping[str, Any]) -> Any:
+    """The validated ``AlgorithmConfig`` of recipe ``name`` with ``overrides`` applied."""
+    from entropace.train import algorithms
+
+    new_api = getattr(algorithms, "algorithm_config", None)
+    if new_api is not None:
+        return new_api(name, dict(overrides))
+    from entropace.train.config import AlgorithmConfig
+    from entropace.train.schema import build_dataclass
+
+    merged: dict[str, Any] = dict(algorithms.get_recipe(name).overrides)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return build_dataclass(AlgorithmConfig, {**merged, "name": name}, "algorithm")
+
+
+def _merge_controller(
+    kind: str, recipe_cfg: Any, user: Any, cls: type, recipe_fields: Mapping[str, Any]
+) -> Any:
+    """The controller config: the user's instance or mapping over the recipe's.
+
+    An instance replaces the recipe's config, but must keep the fields that define the recipe
+    (e.g. ``trend=False`` for ``eppo-notrend``)."""
+    if user is None:
+        return recipe_cfg
+    if isinstance(user, cls):
+        for key, value in recipe_fields.items():
+            if getattr(user, key) != value:
+                raise ValueError(
+                    f"{kind}={user!r} sets {key}={getattr(user, key)!r}, but the algorithm "
+                    f"defines {key}={value!r}; pick another algorithm or drop {key}"
+                )
+        return user
+    if isinstance(user, Mapping):
+        return dataclasses.replace(recipe_cfg, **dict(user))
+    raise TypeError(f"{kind} must be a {cls.__name__}, a mapping of its fields or None")
+
+
+def resolve_recipe(
+    name: str,
+    *,
+    pacer: PacerConfig | Mapping[str, Any] | None = None,
+    polarity: PolarityConfig | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    max_completion_length: int = 256,
+) -> TRLRecipe:
+    """Resolve recipe ``name`` for TRL.
+
+    Args:
+        name: one of :data:`SUPPORTED`.
+        pacer, polarity: the controllers' configs (our dataclasses, or mappings of their
+            fields merged over the recipe's); only used by recipes that run them.
+        overrides: further ``AlgorithmConfig`` fields (e.g. ``{"eps_high": 0.28}``).
+        max_completion_length: TRL's ``max_completion_length`` (the overlong penalty's
+            ``max_len``).
+
+    Raises:
+        ValueError: an unknown or unsupported recipe (with the reason), or an override TRL
+            cannot honour.
+    """
+    if name in UNSUPPORTED:
+        raise ValueError(
+            f"algorithm {name!r} cannot run inside TRL's GRPOTrainer: {UNSUPPORTED[name]}. "
+            f"Supported: {', '.join(SUPPORTED)} (or use entropace's own trainer)"
+        )
+    if name not in SUPPORTED:
+        raise ValueError(f"unknown algorithm {name!r}; supported in TRL: {', '.join(SUPPORTED)}")
+    overrides = dict(overrides or {})
+    for key in ("pacer", "polarity"):
+        if key in overrides:
+            raise ValueError(f"pass {key}= to the trainer, not inside algorithm overrides")
+    a = _algorithm_config(name, overrides)
+    if a.policy_loss not in _IS_LEVEL:
+        raise ValueError(
+            f"algorithm {name!r}: policy_loss {a.policy_loss!r} is not TRL's clamp surrogate "
+            f"(supported: {sorted(_IS_LEVEL)})"
+        )
+    if a.clip_rule not in ("fixed", "pacer"):
+        raise ValueError(f"algorithm {name!r}: clip_rule {a.clip_rule!r}: {UNSUPPORTED['bapo']}")
+    if a.agg not in _LOSS_TYPE:
+        raise ValueError(f"algorithm {name!r}: aggregation {a.agg!r} has no TRL loss_type")
+    if a.advantage not in _SCALE_REWARDS:
+        raise ValueError(f"algorithm {name!r}: advantage {a.advantage!r} is not supported")
+    if a.task_norm:
+        raise ValueError(
+            "task_norm (AgentRL task normalisation) is not supported in TRL: it needs per-task "
+            "token statistics of the global batch inside TRL's advantage computation"
+        )
+    for key, hint in (("kl_beta", "GRPOConfig(beta=...)"), ("entropy_coef", "GRPOConfig")):
+        if getattr(a, key):
+            raise ValueError(f"{key} is TRL's own option in this integration: set it in {hint}")
+    if a.agg == "seq-mean-token-sum-norm" and a.seq_norm not in (None, max_completion_length):
+        raise ValueError(
+            f"dr_grpo's seq_norm={a.seq_norm} must equal max_completion_length "
+            f"({max_completion_length}) in TRL"
+        )
+    eps_low, eps_high = a.eps_low, a.eps_high
+    if eps_low is None or eps_high is None:  # issue 8 interface: the loss's default bounds
+        eps_low, eps_high = 0.2, 0.2
+    trl_args = {
+        "loss_type": _LOSS_TYPE[a.agg],
+        "scale_rewards": _SCALE_REWARDS[a.advantage],
+        "epsilon": float(eps_low),
+        "epsilon_high": float(eps_high),
+        "importance_sampling_level": _IS_LEVEL[a.policy_loss],
+    }
+    notes: list[str] = []
+    if a.dynamic_sampling:
+        notes.append(
+            "DAPO's dynamic sampling is not available in TRL: groups with equal rewards stay in "
+            "the batch with zero advantage (zero gradient; they still count in the token mean)"
+        )
+    overlong = None
+    if a.overlong.enabled:
+        max_len = int(max_completion_length)
+        overlong = (max_len, max(1, min(int(a.overlong.cache_len), max_len // 4)))
+    recipe_pacer = recipe_polarity = None
+    if a.clip_rule == "pacer":
+        from entropace.train.algorithms import get_recipe
+
+        fields = dict(get_recipe(name).overrides.get("pacer", {}))
+        recipe_pacer = _merge_controller("pacer", a.pacer, pacer, PacerConfig, fields)
+        if (recipe_pacer.eps0, recipe_pacer.eps_high0 or recipe_pacer.eps0) != (
+            eps_low,
+            eps_high,
+        ):
+            trl_args["epsilon"] = recipe_pacer.eps0
+            trl_args["epsilon_high"] = recipe_pacer.eps_high0 or recipe_pacer.eps0
+    elif pacer is not None:
+        raise ValueError(f"algorithm {name!r} has no pacer; pacer= applies to the eppo recipes")
+    if a.papo:
+        recipe_polarity = _merge_controller("polarity", a.polarity, polarity, PolarityConfig, {})
+    elif polarity is not None:
+        raise ValueError(f"algorithm {name!r} has no PAPO; polarity= applies to papo, eppo+papo")
+    return TRLRecipe(
+        name=name,
+        trl_args=trl_args,
+        pacer=recipe_pacer,
+        polarity=recipe_polarity,
+        advantage="rloo" if a.advantage == "rloo" else None,
+        overlong=overlong,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,243 @@
+"""The statistics EPPO and PAPO need from a TRL generation batch, without full logits.
+
+TRL 1.16 computes log-probs and entropies through a fused LM head that never builds the logits,
+and it never computes PAPO's ``t2 = sum_v p_v^2 (H + log p_v)``. :func:`completion_token_stats`
+runs one no-grad pass of the policy over the batch (``batch_size`` rows per forward, like TRL's
+own old-policy pass): the backbone gives the hidden states of the completion positions, and the
+LM head is applied to at most ``chunk_size`` masked positions at a time, each chunk going
+through :func:`entropace.algos.token_stats` at the sampling temperature. Peak extra memory is
+one ``[chunk_size, V]`` logits chunk plus ``token_stats``' float32 work buffers; no
+``[B, T, V]`` tensor (fp32 or otherwise) is ever built.
+
+:func:`task_sums` / :func:`signals_from_sums` turn per-token entropies, rewards and success
+flags into per-task sums (all-reduced across processes by the caller) and then the controllers'
+inputs, so every rank derives the same ``eps_k`` from the same global numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from entropace.algos import token_stats
+from entropace.algos.token_stats import default_chunk_size
+
+__all__ = [
+    "CompletionStats",
+    "StepSignals",
+    "completion_token_stats",
+    "signals_from_sums",
+    "task_sums",
+]
+
+
+@dataclass(frozen=True)
+class CompletionStats:
+    """Per completion token, ``[B, C]`` float32, 0 outside the mask.
+
+    Attributes:
+        logprob: ``log p_y`` at the sampling temperature.
+        entropy: ``H`` of the next-token distribution at the sampling temperature.
+        sensitivity: PAPO's ``S = t2 - t1``.
+    """
+
+    logprob: Tensor
+    entropy: Tensor
+    sensitivity: Tensor
+
+
+def _logit_transform(model: torch.nn.Module) -> tuple[float, float | None]:
+    """``(logit_scale, final_logit_softcapping)`` of the model's text config, as TRL's fused
+    head applies them (scale, then ``cap * tanh(x / cap)``, then the temperature)."""
+    config = model.config.get_text_config()
+    for attr in ("output_multiplier", "lm_head_multiplier", "logits_scaling"):
+        if getattr(config, attr, None) is not None:
+            raise NotImplementedError(
+                f"entropace's statistics pass does not support models with {attr} "
+                f"({config.model_type}); use a model without logit scaling"
+            )
+    scale = getattr(config, "logit_scale", None)
+    return (1.0 if scale is None else float(scale)), getattr(
+        config, "final_logit_softcapping", None
+    )
+
+
+def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The transformer body (returns ``last_hidden_state``) and the LM head of a causal LM,
+    looked up through PEFT and accelerate wrappers."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = inner.get_output_embeddings()
+    backbone = inner.base_model
+    if head is None or backbone is inner:
+        raise TypeError(
+            f"{type(inner).__name__} has no separate backbone and LM head; entropace's TRL "
+            "integration needs a causal LM (a *ForCausalLM model)"
+        )
+    return backbone, head
+
+
+@torch.no_grad()
+def completion_token_stats(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float,
+    batch_size: int | None = None,
+    chunk_size: int | None = None,
+    autocast: object | None = None,
+) -> CompletionStats:
+    """Statistics of the completion tokens of a TRL batch under ``model`` (no grad).
+
+    Args:
+        model: the policy (a causal LM, possibly PEFT-wrapped).
+        input_ids: ``[B, P + C]`` left-padded prompts then right-padded completions (TRL's
+            ``prompt_completion_ids``).
+        attention_mask: ``[B, P + C]``.
+        completion_mask: ``[B, C]`` 1 on the completion tokens to score (TRL's loss mask:
+            ``completion_mask * tool_mask``).
+        temperature: the sampling temperature.
+        batch_size: rows per forward pass (None: all).
+        chunk_size: masked positions per LM-head chunk (None: ``default_chunk_size(V)``).
+        autocast: a context manager factory for the forward (e.g. ``accelerator.autocast``).
+
+    Returns:
+        :class:`CompletionStats` ``[B, C]``, exactly 0 where ``completion_mask`` is 0. The
+        token at column ``c`` is ``input_ids[:, P + c]``, scored from position ``P + c - 1``,
+        the alignment of TRL's own log-probs.
+    """
+    rows, completion_len = completion_mask.shape
+    if input_ids.shape[0] != rows or input_ids.shape[1] <= completion_len:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} must hold the prompts and the "
+            f"{completion_len} completion columns of completion_mask"
+        )
+    backbone, head = _backbone_and_head(model)
+    scale, softcap = _logit_transform(model)
+    vocab = head.weight.shape[0]
+    chunk = chunk_size or default_chunk_size(vocab, head.weight.device)
+    out = [torch.zeros(rows, completion_len, dtype=torch.float32, device=input_ids.device)]
+    out += [torch.zeros_like(out[0]) for _ in range(2)]
+    step = batch_size or rows
+    completion_ids = input_ids[:, -completion_len:]
+    for start in range(0, rows, step):
+        end = min(start + step, rows)
+        mask = completion_mask[start:end] > 0
+        if not bool(mask.any()):
+            continue
+        ctx = autocast() if autocast is not None else torch.autocast("cpu", enabled=False)
+        with ctx:  # type: ignore[attr-defined]
+            hidden = backbone(
+                input_ids=input_ids[start:end],
+                attention_mask=attention_mask[start:end],
+                use_cache=False,
+            ).last_hidden_state
+        states = hidden[:, -completion_len - 1 : -1][mask]  # [n, d], predicting each token
+        tokens = completion_ids[start:end][mask]
+        parts: list[list[Tensor]] = [[], [], []]
+        for first in range(0, tokens.shape[0], chunk):
+            logits = head(states[first : first + chunk].to(head.weight.dtype))
+            if scale != 1.0:
+                logits = logits * scale
+            if softcap is not None:
+                logits = softcap * torch.tanh(logits / softcap)
+            stats = token_stats(logits, tokens[first : first + chunk], temperature=temperature)
+            parts[0].append(stats.logprob)
+            parts[1].append(stats.entropy)
+            parts[2].append(stats.sensitivity)
+        for tensor, values in zip(out, parts, strict=True):
+            tensor[start:end][mask] = torch.cat(values).to(torch.float32)
+    return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-task sums -> controller signals
+# ---------------------------------------------------------------------------------------------
+
+#: Rows of :func:`task_sums`.
+SUM_ROWS: tuple[str, ...] = (
+    "entropy_sum",
+    "tokens",
+    "episodes",
+    "success_sum",
+    "reward_sum",
+    "reward_sq_sum",
+)
+
+
+@dataclass
+class StepSignals:
+    """Per-task controller inputs of one step (tasks present in the global batch only).
+
+    Attributes:
+        task_entropy: ``h_k``, mean entropy over task k's masked completion tokens.
+        task_success: success rate of task k's completions.
+        task_reward_var: population variance of task k's rewards.
+        task_reward: mean reward of task k.
+        batch_entropy: mean entropy over every masked token of the batch (PAPO's ``Hbar``).
+    """
+
+    task_entropy: dict[str, float] = field(default_factory=dict)
+    task_success: dict[str, float] = field(default_factory=dict)
+    task_reward_var: dict[str, float] = field(default_factory=dict)
+    task_reward: dict[str, float] = field(default_factory=dict)
+    batch_entropy: float = math.nan
+
+
+def task_sums(
+    entropy: Tensor,
+    mask: Tensor,
+    rewards: Tensor,
+    success: Tensor,
+    task_ids: Tensor,
+    *,
+    num_tasks: int,
+) -> Tensor:
+    """Per-task sums ``[6, K]`` float64, rows as :data:`SUM_ROWS`.
+
+    Args:
+        entropy: ``[B, T]`` per-token entropies; mask: ``[B, T]`` (only masked tokens count).
+        rewards: ``[B]`` rewards (NaN = unscorable: counted as 0); success: ``[B]`` bool/0-1.
+        task_ids: ``[B]`` long in ``[0, K)``.
+
+    Sums, not means, so that summing the tensors of several processes (``all_reduce``) gives
+    the sums of the global batch.
+    """
+    ids = task_ids.to(torch.long)
+    m = mask.to(torch.float64)
+    per_row_entropy = (entropy.to(torch.float64) * m).sum(dim=1)
+    r = torch.nan_to_num(rewards.to(torch.float64), nan=0.0)
+    columns = (
+        per_row_entropy,
+        m.sum(dim=1),
+        torch.ones_like(r),
+        success.to(torch.float64),
+        r,
+        r * r,
+    )
+    return torch.stack([torch.bincount(ids, c, minlength=num_tasks) for c in columns])
+
+
+def signals_from_sums(sums: Tensor, task_names: Sequence[str]) -> StepSignals:
+    """Controller inputs from (globally reduced) :func:`task_sums`; tasks with no episode are
+    absent, tasks with no masked token get no entropy."""
+    s = sums.to(torch.float64).cpu().tolist()
+    ent, tok, n, succ, rew, rew2 = s
+    sig = StepSignals()
+    for k, name in enumerate(task_names):
+        if n[k] <= 0:
+            continue
+        if tok[k] > 0:
+            sig.task_entropy[name] = ent[k] / tok[k]
+        mean = rew[k] / n[k]
+        sig.task_reward[name] = mean
+        sig.task_success[name] = succ[k] / n[k]
+        sig.task_reward_var[name] = max(0.0, rew2[k] / n[k] - mean * mean)
+    total_tokens = sum(tok)
+    sig.batch_entropy = sum(ent) / total_tokens if total_tokens > 0 else math.nan
+    return sig

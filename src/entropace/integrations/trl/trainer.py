@@ -1,0 +1,497 @@
+"""``EntropaceGRPOTrainer``: TRL's ``GRPOTrainer`` with EPPO's pacing and PAPO's reweighting.
+
+TRL 1.16 has no public hook for custom advantages or clip bounds (maintainers recommend
+overriding ``_generate_and_score_completions``, TRL issue 4525), so the subclass hooks in at
+four private methods and changes nothing else:
+
+1. ``_generate_and_score_completions``: after TRL's own (generation, rewards, advantages),
+   once per generation batch (= one of our trainer's steps):
+
+   a. statistics of the completion tokens at the sampling temperature, in one chunked no-grad
+      pass of the policy (:func:`~entropace.integrations.trl.stats.completion_token_stats`;
+      entropace's multi-turn rollouts bring their own, computed by our rollout engine);
+   b. per-task sums of entropy / tokens / episodes / success / reward / reward^2, SUM-reduced
+      across processes, so every rank sees the global batch's numbers;
+   c. EPPO: :class:`~entropace.control.EntropyPacer` updates from ``h_k`` (or the success rate
+      / reward variance for the ablations), and every completion gets its task's bounds as
+      ``[B, 1]`` tensors ``entropace_eps_low`` / ``entropace_eps_high`` in the batch;
+   d. RLOO: leave-one-out advantages from the global rewards replace TRL's;
+   e. PAPO: :class:`~entropace.control.PolarityController` updates from the global mean token
+      entropy; polarity ``P = A S`` and :func:`~entropace.algos.polarity_reweight` turn the
+      ``(B,)`` advantages into ``(B, T)`` ones (with several processes the ``sum |A|``
+      preserving factor is the global one, as for a one-process run on the global batch);
+   f. metrics into TRL's ``self._metrics`` (``entropace/task/<k>/eps_low`` ...).
+2. ``_compute_loss``: TRL's own, with ``self.epsilon_low`` / ``self.epsilon_high`` set to the
+   batch's ``[B, 1]`` bound tensors for the call, so TRL's
+   ``torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)`` clips each completion with its
+   task's ``eps_k`` (and TRL's clip-ratio metrics use the same bounds).
+3. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the controllers' JSON state in
+   ``checkpoint-<step>/entropace_state.json``, restored by ``resume_from_checkpoint``.
+4. ``_calculate_rewards``: keeps the gathered rewards for (b) and (d).
+
+With ``algorithm="grpo"`` (and ``dr_grpo``, ``dapo``, ``gspo``) steps (a), (c)-(e) are off: the
+losses, gradients and weights are TRL's exactly (tested); only per-task reward / success
+metrics are added when the dataset has a task column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOConfig, GRPOTrainer
+
+import entropace.algos as algos
+from entropace.control import EntropyPacer, PacerConfig, PolarityConfig, PolarityController
+from entropace.integrations.trl.recipes import TRLRecipe, resolve_recipe
+from entropace.integrations.trl.stats import (
+    StepSignals,
+    completion_token_stats,
+    signals_from_sums,
+    task_sums,
+)
+
+__all__ = ["EntropaceGRPOTrainer", "EPS_HIGH_KEY", "EPS_LOW_KEY", "STATE_FILE"]
+
+#: Batch keys of the per-completion clip bounds (``[B, 1]`` float32).
+EPS_LOW_KEY = "entropace_eps_low"
+EPS_HIGH_KEY = "entropace_eps_high"
+#: The controllers' state inside each TRL checkpoint folder.
+STATE_FILE = "entropace_state.json"
+#: Per-token statistics that entropace's multi-turn rollouts hand over as extra fields.
+ROLLOUT_ENTROPY_KEY = "entropace_entropy"
+ROLLOUT_SENSITIVITY_KEY = "entropace_sensitivity"
+#: Per-episode success flag that entropace's rollouts hand over.
+ROLLOUT_SUCCESS_KEY = "entropace_success"
+
+
+def _overlong_reward(max_len: int, cache_len: int) -> Callable[..., list[float]]:
+    """DAPO's soft overlong penalty as a TRL reward function of the completion lengths."""
+
+    def entropace_overlong(completion_ids: list[list[int]], **_: Any) -> list[float]:
+        lengths = torch.tensor([len(ids) for ids in completion_ids], dtype=torch.float32)
+        return algos.overlong_penalty(lengths, max_len=max_len, cache_len=cache_len).tolist()
+
+    return entropace_overlong
+
+
+def _apply_recipe(args: GRPOConfig, recipe: TRLRecipe) -> None:
+    """Write the recipe's ``GRPOConfig`` fields into ``args``; warn where a value the user set
+    (one differing from TRL's default) is replaced."""
+    defaults = GRPOConfig.__dataclass_fields__
+    for key, value in recipe.trl_args.items():
+        current = getattr(args, key)
+        if key == "epsilon_high" and current is None:
+            current = args.epsilon
+        if current != value and current != defaults[key].default:
+            warnings.warn(
+                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} "
+                f"(was {current!r})",
+                stacklevel=3,
+            )
+        setattr(args, key, value)
+    for note in recipe.notes:
+        warnings.warn(f"algorithm={recipe.name!r}: {note}", stacklevel=3)
+
+
+class EntropaceGRPOTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` running an entropace algorithm recipe (see the module docstring).
+
+    Args:
+        model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs:
+            as for ``trl.GRPOTrainer`` (``rollout_func``, ``peft_config``, ``callbacks`` ...).
+        algorithm: a name of :data:`entropace.integrations.trl.SUPPORTED`. Its TRL fields
+            (``loss_type``, ``scale_rewards``, ``epsilon``, ``epsilon_high``,
+            ``importance_sampling_level``) are written into ``args``.
+        pacer: EPPO's :class:`~entropace.control.PacerConfig` (or a mapping of its fields).
+        polarity: PAPO's :class:`~entropace.control.PolarityConfig` (or a mapping).
+        algorithm_overrides: further ``AlgorithmConfig`` fields of the recipe.
+        task_column: the dataset column naming each prompt's task (needed by EPPO; optional
+            otherwise, then every prompt is task ``"all"``).
+        task_names: the tasks in a fixed order (default: the sorted distinct values of
+            ``train_dataset[task_column]``; required for iterable datasets).
+        success_threshold: a completion whose total weighted reward is ``>=`` this counts as a
+            success (unless the batch carries a success flag: ``entropace_success`` from our
+            environment rollouts or a boolean ``success_column``).
+        success_column: dataset / rollout field holding a per-completion success flag.
+        stats_chunk_size: masked positions per LM-head chunk in the statistics pass.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: GRPOConfig | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        *,
+        algorithm: str = "grpo",
+        pacer: PacerConfig | Mapping[str, Any] | None = None,
+        polarity: PolarityConfig | Mapping[str, Any] | None = None,
+        algorithm_overrides: Mapping[str, Any] | None = None,
+        task_column: str = "task",
+        task_names: Sequence[str] | None = None,
+        success_threshold: float = 1.0,
+        success_column: str = "success",
+        stats_chunk_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+        recipe = resolve_recipe(
+            algorithm,
+            pacer=pacer,
+            polarity=polarity,
+            overrides=algorithm_overrides,
+            max_completion_length=args.max_completion_length,
+        )
+        _apply_recipe(args, recipe)
+        if recipe.overlong is not None:
+            funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+            reward_funcs = [f for f in funcs if f is not None] + [_overlong_reward(*recipe.overlong)]
+            if args.reward_weights is not None:
+                args.reward_weights = [*args.reward_weights, 1.0]
+            rpc = kwargs.get("reward_processing_classes")
+            if isinstance(rpc, list):
+                kwargs["reward_processing_classes"] = [*rpc, None]
+        self.entropace_recipe = recipe
+        self.task_column = task_column
+        self.success_column = success_column
+        self.success_threshold = float(success_threshold)
+        self.stats_chunk_size = stats_chunk_size
+        self.task_names = self._find_task_names(train_dataset, task_column, task_names, recipe)
+        self._task_index = {name: k for k, name in enumerate(self.task_names)}
+        self.pacer = EntropyPacer(config=recipe.pacer) if recipe.pacer is not None else None
+        self.polarity_controller = (
+            PolarityController(config=recipe.polarity) if recipe.polarity is not None else None
+        )
+        self._entropace_inputs: list[dict[str, Any]] | None = None
+        self._rewards_per_func: Tensor | None = None
+        super().__init__(
+            model,
+            reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------------------ set-up
+    @staticmethod
+    def _find_task_names(
+        dataset: Any, column: str, names: Sequence[str] | None, recipe: TRLRecipe
+    ) -> list[str]:
+        if names is not None:
+            out = [str(n) for n in names]
+            if len(set(out)) != len(out) or not out:
+                raise ValueError(f"task_names must be distinct and non-empty, got {out}")
+            return out
+        columns = getattr(dataset, "column_names", None)
+        if columns is not None and column in columns:
+            return sorted({str(t) for t in dataset[column]})
+        if recipe.pacer is not None:
+            raise ValueError(
+                f"algorithm={recipe.name!r} paces each task: the train dataset needs a "
+                f"{column!r} column naming each prompt's task (task_column=...), or pass "
+                "task_names=[...] for an iterable dataset"
+            )
+        return ["all"]
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        for col in (self.task_column, self.success_column):
+            if self._signature_columns is not None and col not in self._signature_columns:
+                self._signature_columns.append(col)
+
+    # ------------------------------------------------------------------------------ hooks
+    def _calculate_rewards(self, inputs: Any, *rest: Any, **kwargs: Any) -> Tensor:
+        rewards = super()._calculate_rewards(inputs, *rest, **kwargs)
+        self._rewards_per_func = rewards
+        return rewards
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._entropace_inputs = inputs  # read by entropace's rollout_func adapter
+        self._rewards_per_func = None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._entropace_inputs = None
+        mode = "train" if self.model.training else "eval"
+        return self._entropace_process(output, inputs, mode)
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+        if EPS_LOW_KEY not in inputs:
+            return super()._compute_loss(model, inputs)
+        saved = self.epsilon_low, self.epsilon_high
+        self.epsilon_low, self.epsilon_high = inputs[EPS_LOW_KEY], inputs[EPS_HIGH_KEY]
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self.epsilon_low, self.epsilon_high = saved
+
+    # ----------------------------------------------------------------------- the per-step work
+    def _task_ids(self, inputs: list[dict[str, Any]], device: torch.device) -> Tensor:
+        if len(self.task_names) == 1 and self.task_names == ["all"]:
+            if all(self.task_column not in x for x in inputs):
+                return torch.zeros(len(inputs), dtype=torch.long, device=device)
+        ids = []
+        for x in inputs:
+            name = str(x.get(self.task_column))
+            if name not in self._task_index:
+                raise ValueError(
+                    f"prompt with {self.task_column}={name!r}, which is not among the task "
+                    f"names {self.task_names}; pass task_names=[...] listing every task"
+                )
+            ids.append(self._task_index[name])
+        return torch.tensor(ids, dtype=torch.long, device=device)
+
+    def _global_rewards(self, device: torch.device) -> Tensor:
+        """Total weighted reward of every completion of the global batch (NaN: unscorable)."""
+        rpf = self._rewards_per_func
+        if rpf is None:
+            raise RuntimeError("TRL did not compute rewards through _calculate_rewards")
+        weights = self.reward_weights.to(rpf.device).unsqueeze(0)
+        total = (rpf * weights).nansum(dim=1)
+        total[torch.isnan(rpf).all(dim=1)] = torch.nan
+        return total.to(device)
+
+    def _local_success(self, inputs: list[dict[str, Any]], rewards: Tensor) -> Tensor:
+        for key in (ROLLOUT_SUCCESS_KEY, self.success_column):
+            if inputs and all(key in x and x[key] is not None for x in inputs):
+                return torch.tensor([bool(x[key]) for x in inputs], device=rewards.device)
+        return torch.nan_to_num(rewards, nan=-torch.inf) >= self.success_threshold
+
+    def _reduce(self, tensor: Tensor) -> Tensor:
+        if self.accelerator.num_processes == 1:
+            return tensor
+        return self.accelerator.reduce(tensor, reduction="sum")
+
+    def _token_stats(
+        self, output: dict[str, Any], inputs: list[dict[str, Any]], mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``(entropy, sensitivity)`` ``[B, C]`` of the completion tokens at the sampling
+        temperature: from our rollout engine when it supplied them, else one no-grad pass."""
+        width = mask.shape[1]
+        if inputs and all(ROLLOUT_ENTROPY_KEY in x for x in inputs):
+            out = []
+            for key in (ROLLOUT_ENTROPY_KEY, ROLLOUT_SENSITIVITY_KEY):
+                t = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+                for i, x in enumerate(inputs):
+                    values = torch.tensor(x[key][:width], dtype=torch.float32)
+                    t[i, : values.numel()] = values.to(mask.device)
+                out.append(t * (mask > 0))
+            return out[0], out[1]
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        batch_size = (
+            self.args.per_device_train_batch_size
+            if self.model.training
+            else self.args.per_device_eval_batch_size
+        )
+        with torch.no_grad():
+            stats = completion_token_stats(
+                self.model,
+                input_ids,
+                attention,
+                mask,
+                temperature=self.temperature,
+                batch_size=batch_size,
+                chunk_size=self.stats_chunk_size,
+                autocast=self.accelerator.autocast,
+            )
+        return stats.entropy, stats.sensitivity
+
+    def _entropace_process(
+        self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
+    ) -> dict[str, Any]:
+        """Steps (a)-(f) of the module docstring on TRL's scored batch ``output``."""
+        recipe = self.entropace_recipe
+        track = self.task_names != ["all"] or recipe.needs_stats
+        if not track and recipe.advantage is None:
+            return output
+        device = output["completion_ids"].device
+        mask = output["completion_mask"].to(torch.float32)
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"].to(torch.float32)
+        local = len(inputs)
+        rank = self.accelerator.process_index
+        rewards_all = self._global_rewards(device)
+        rewards = rewards_all[rank * local : (rank + 1) * local]
+        task_ids = self._task_ids(inputs, device)
+        success = self._local_success(inputs, rewards)
+        entropy = sensitivity = None
+        if recipe.needs_stats:
+            entropy, sensitivity = self._token_stats(output, inputs, mask)
+        sums = task_sums(
+            entropy if entropy is not None else torch.zeros_like(mask),
+            mask if entropy is not None else torch.zeros_like(mask),
+            rewards,
+            success,
+            task_ids,
+            num_tasks=len(self.task_names),
+        )
+        signals = signals_from_sums(self._reduce(sums), self.task_names)
+        metrics: dict[str, float] = {}
+        for name in signals.task_success:
+            metrics[f"task/{name}/success"] = signals.task_success[name]
+            metrics[f"task/{name}/reward"] = signals.task_reward[name]
+            if name in signals.task_entropy:
+                metrics[f"task/{name}/entropy"] = signals.task_entropy[name]
+
+        if self.pacer is not None:
+            metrics.update(self._pace(output, signals, task_ids, update=mode == "train"))
+        if recipe.advantage == "rloo":
+            group = torch.arange(rewards_all.numel(), device=device) // self.num_generations
+            adv = algos.rloo_advantages(torch.nan_to_num(rewards_all, nan=0.0), group)
+            adv = torch.where(torch.isnan(rewards_all), torch.zeros_like(adv), adv)
+            output["advantages"] = adv[rank * local : (rank + 1) * local].to(torch.float32)
+        if self.polarity_controller is not None and mode == "train":
+            assert sensitivity is not None
+            metrics.update(self._reweight(output, signals, sensitivity, mask))
+        for key, value in metrics.items():
+            self._metrics[mode][f"entropace/{key}"].append(float(value))
+        return output
+
+    def _pace(
+        self, output: dict[str, Any], signals: StepSignals, task_ids: Tensor, *, update: bool
+    ) -> dict[str, float]:
+        """EPPO: update the pacer (train mode) and put each completion's bounds in the batch."""
+        assert self.pacer is not None
+        if update and signals.task_entropy:
+            present = {k: v for k, v in signals.task_success.items() if k in signals.task_entropy}
+            self.pacer.update(
+                signals.task_entropy,
+                task_success=present,
+                task_reward_var={k: signals.task_reward_var[k] for k in present},
+            )
+        cfg = self.pacer.config
+        default = (cfg.eps0, cfg.eps_high0 if cfg.eps_high0 is not None else cfg.eps0)
+        bounds = self.pacer.bounds()
+        table = torch.tensor(
+            [bounds.get(name, default) for name in self.task_names],
+            dtype=torch.float32,
+            device=task_ids.device,
+        )
+        per_row = table[task_ids]  # [B, 2]
+        output[EPS_LOW_KEY] = per_row[:, :1].contiguous()
+        output[EPS_HIGH_KEY] = per_row[:, 1:].contiguous()
+        out: dict[str, float] = {}
+        snapshot = self.pacer.snapshot()
+        for name in signals.task_success:
+            lo, hi = bounds.get(name, default)
+            out[f"task/{name}/eps_low"] = lo
+            out[f"task/{name}/eps_high"] = hi
+            snap = snapshot.get(name)
+            if snap is not None:
+                out[f"task/{name}/pace_m"] = float(snap["m"])  # type: ignore[arg-type]
+                out[f"task/{name}/pace_z"] = float(snap["z"])  # type: ignore[arg-type]
+                out[f"task/{name}/pace_delta"] = float(snap["delta"])  # type: ignore[arg-type]
+        return out
+
+    def _reweight(
+        self, output: dict[str, Any], signals: StepSignals, sensitivity: Tensor, mask: Tensor
+    ) -> dict[str, float]:
+        """PAPO: controller update from the global mean entropy, then (B, T) advantages."""
+        ctrl = self.polarity_controller
+        assert ctrl is not None
+        if signals.batch_entropy == signals.batch_entropy:  # not NaN: some token was scored
+            ctrl.update(signals.batch_entropy)
+        w_plus, w_minus = ctrl.w_plus, ctrl.w_minus
+        adv = output["advantages"].to(torch.float32)
+        adv_tok = adv[:, None] * mask if adv.dim() == 1 else adv * mask
+        polarity = algos.entropy_polarity(adv_tok, sensitivity)
+        keep = mask > 0
+        weight = torch.where(
+            polarity > 0,
+            torch.tensor(w_plus, device=adv.device),
+            torch.where(polarity < 0, torch.tensor(w_minus, device=adv.device), 1.0),
+        )
+        a_abs = torch.where(keep, adv_tok.abs(), 0.0).double()
+        local = torch.stack(
+            [
+                a_abs.sum(),
+                (a_abs * (polarity > 0)).sum(),
+                (a_abs * (polarity < 0)).sum(),
+                (a_abs * weight.double()).sum(),
+            ]
+        )
+        total, pos, neg, after = self._reduce(local).tolist()
+        reweighted = algos.polarity_reweight(
+            adv_tok, polarity, mask, w_plus=w_plus, w_minus=w_minus
+        )
+        if self.accelerator.num_processes > 1:
+            # polarity_reweight rescaled by this rank's sum|A| / sum|A'|; use the global one
+            local_total, local_after = float(local[0]), float(local[3])
+            local_scale = local_total / local_after if local_after > 0 else 1.0
+            global_scale = total / after if after > 0 else 1.0
+            factor = global_scale / local_scale if local_after > 0 else 1.0
+            reweighted = torch.where(keep, reweighted * factor, reweighted)
+        output["advantages"] = reweighted
+        return {
+            "polarity/w_plus": w_plus,
+            "polarity/w_minus": w_minus,
+            "polarity/u": ctrl.u,
+            "polarity/rho": ctrl.rho,
+            "polarity/pos_mass": pos / total if total > 0 else 0.0,
+            "polarity/neg_mass": neg / total if total > 0 else 0.0,
+        }
+
+    # --------------------------------------------------------------------------- checkpoints
+    def entropace_state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state of the controllers (what each checkpoint stores)."""
+        return {
+            "version": 1,
+            "algorithm": self.entropace_recipe.name,
+            "task_names": list(self.task_names),
+            "pacer": self.pacer.state_dict() if self.pacer is not None else None,
+            "polarity": (
+                self.polarity_controller.state_dict()
+                if self.polarity_controller is not None
+                else None
+            ),
+        }
+
+    def load_entropace_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`entropace_state_dict` output (the algorithm must match)."""
+        if state.get("algorithm") != self.entropace_recipe.name:
+            raise ValueError(
+                f"checkpoint was written by algorithm={state.get('algorithm')!r}, this trainer "
+                f"runs {self.entropace_recipe.name!r}"
+            )
+        if self.pacer is not None and state.get("pacer") is not None:
+            self.pacer.load_state_dict(state["pacer"])
+        if self.polarity_controller is not None and state.get("polarity") is not None:
+            self.polarity_controller.load_state_dict(state["polarity"])
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            path = os.path.join(self._get_output_dir(trial=trial), folder, STATE_FILE)
+            tmp = path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(self.entropace_state_dict(), fh, indent=1)
+            os.replace(tmp, path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if os.path.exists(path):
+            with open(path) as fh:
+                self.load_entropace_state_dict(json.load(fh))
+        elif self.pacer is not None or self.polarity_controller is not None:
+            warnings.warn(
+                f"{checkpoint} has no {STATE_FILE}: the entropace controllers start fresh",
+                stacklevel=2,
+            )
