@@ -192,6 +192,30 @@ def test_bfloat16_equals_float32_products_and_is_within_rounding_of_plain_head()
         assert_rel(g, r, 0.05, "grad vs plain bf16 head")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chunk", [8, 64])
+def test_no_upcast_reproduces_plain_low_precision_head(dtype: torch.dtype, chunk: int) -> None:
+    """``upcast=False``: matmuls in the input dtype, statistics of the rounded logits, as a
+    plain ``lm_head`` + token_stats computes them. The values agree to float32 round-off (the
+    matmul kernels round each logit the same way whatever the number of rows); the gradients to
+    one rounding in the input dtype (the plain head rounds its ``[N, d]`` gradient once after a
+    full-vocabulary matmul, the fused one per vocabulary block, then sums in float32)."""
+    n, d, vocab, temperature = 33, 64, 4096, 0.9
+    h, w, b, y = make(n, d, vocab, seed=7, dtype=dtype, scale=2.0)
+    gen = torch.Generator().manual_seed(3)
+    g_l, g_h = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    got, got_g = run_with_grads(
+        fused(y, temperature, chunk_size=chunk, vocab_block=1000, upcast=False), h, w, b, g_l, g_h
+    )
+    ref, ref_g = run_with_grads(materialised(y, temperature), h, w, b, g_l, g_h)
+    for k in FIELDS:
+        assert_rel(got[k], ref[k], 1e-6, k)
+    ulp = 2.0 ** -(7 if dtype == torch.bfloat16 else 10)
+    for name, g, r in zip(("hidden", "weight", "bias"), got_g, ref_g):
+        assert g is not None and r is not None and g.dtype == dtype
+        assert_rel(g, r, ulp, f"grad {name}")
+
+
 @pytest.mark.parametrize("vocab", [49_152, 151_936])
 def test_real_vocab_sizes(vocab: int) -> None:
     h, w, b, y = make(5, 16, vocab, seed=vocab % 97, scale=3.0)
@@ -246,7 +270,7 @@ def test_tied_embedding_head_gradients_add_up() -> None:
         assert_rel(got, ref, 1e-5, "tied")
 
 
-def test_tiny_transformers_model_tied_head() -> None:
+def test_tiny_transformers_model_tied_head(single_thread: None) -> None:
     """A real HF causal LM with a tied head (as SmolLM2): statistics from
     ``model.model(...).last_hidden_state`` (after the final norm) and ``model.lm_head.weight``
     equal token_stats on ``model(...).logits``, and so does every parameter's gradient."""

@@ -23,10 +23,13 @@ section 4) without ever holding the ``[N, V]`` logits:
   weight's dtype, so no float32 ``[V, d]`` accumulator is needed even for bfloat16 weights.
 
 Precision: logits are formed in float32 (float64 for float64 inputs). For bfloat16 / float16
-inputs the weight is up-cast one vocabulary block at a time (``vocab_block`` rows) and the matmul
-runs in float32, so the logits are the float32 products of the low-precision values, not logits
-rounded to bfloat16 as a plain ``lm_head`` returns them; the gradients are accumulated in float32
-and rounded once to the input dtype. Cost: the forward does one ``N x d x V`` matmul (as the plain
+inputs (``upcast=True``, the default) the weight is up-cast one vocabulary block at a time
+(``vocab_block`` rows) and the matmuls run in float32, so the logits are the float32 products of
+the low-precision values, not logits rounded to bfloat16 as a plain ``lm_head`` returns them; the
+gradients are accumulated in float32 and rounded once to the input dtype. ``upcast=False`` runs
+the matmuls in the input dtype instead and reproduces the plain head's rounded logits (faster on
+hardware with fast bfloat16 matmuls; float32 matmuls on a GPU run without tensor cores unless
+TF32 is enabled). Cost: the forward does one ``N x d x V`` matmul (as the plain
 head), the backward three (the plain head's backward does two), in exchange for ``O(chunk * V)``
 memory instead of ``O(N * V)``.
 
@@ -87,7 +90,11 @@ def _project(
 
 
 class _HiddenTokenStatsFn(torch.autograd.Function):
-    """Chunked fused head. Saves ``h``, ``W``, ``b``, the tokens, and ``lse``, ``H`` per row."""
+    """Chunked fused head. Saves ``h``, ``W``, ``b``, the tokens, and ``lse``, ``H`` per row.
+
+    ``mm_dtype`` is the dtype the matmuls run in: the compute dtype (float32 / float64), or the
+    low-precision input dtype when ``upcast=False``.
+    """
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -99,24 +106,25 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
         temperature: float,
         chunk_size: int,
         vocab_block: int,
+        upcast: bool,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         n_rows, vocab = hidden.shape[0], weight.shape[0]
         cdt = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        mm_dtype = cdt if upcast else weight.dtype
         dev = hidden.device
         outs = [torch.empty(n_rows, dtype=cdt, device=dev) for _ in range(4)]
         lse = torch.empty(n_rows, dtype=cdt, device=dev)
-        low = weight.dtype != cdt
-        bias_c = None if bias is None else bias.to(cdt)
+        bias_mm = None if bias is None else bias.to(mm_dtype)
         wbuf = (
             torch.empty(min(vocab_block, vocab), weight.shape[1], dtype=cdt, device=dev)
-            if low
+            if weight.dtype != mm_dtype
             else None
         )
-        buf = torch.empty(min(chunk_size, max(n_rows, 1)), vocab, dtype=cdt, device=dev)
+        buf = torch.empty(min(chunk_size, max(n_rows, 1)), vocab, dtype=mm_dtype, device=dev)
         for start in range(0, n_rows, chunk_size):
             stop = min(start + chunk_size, n_rows)
             z = buf[: stop - start]
-            _project(hidden[start:stop].to(cdt), weight, bias_c, z, wbuf)
+            _project(hidden[start:stop].to(mm_dtype), weight, bias_mm, z, wbuf)
             y = tokens[start:stop]
             try:
                 stats = token_stats(z, y, temperature=temperature)
@@ -127,18 +135,16 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
                 ) from err
             for out, value in zip(outs, (stats.logprob, stats.entropy, stats.t1, stats.t2)):
                 out[start:stop] = value
-            z_y = z.gather(1, y[:, None]).squeeze(1)
+            z_y = z.gather(1, y[:, None]).squeeze(1).to(cdt)
             lse_c = (z_y / temperature if temperature != 1.0 else z_y) - stats.logprob
             masked = ~torch.isfinite(lse_c)  # the sampled token is masked (-inf bias)
             if bool(masked.any()):
-                lse_c[masked] = torch.logsumexp(z[masked] / temperature, dim=1)
+                lse_c[masked] = torch.logsumexp(z[masked].to(cdt) / temperature, dim=1)
             lse[start:stop] = lse_c
         del buf, wbuf
         logprob, entropy, t1, t2 = outs
         ctx.save_for_backward(hidden, weight, bias, tokens, lse, entropy)
-        ctx.temperature = temperature
-        ctx.chunk_size = chunk_size
-        ctx.vocab_block = vocab_block
+        ctx.config = (temperature, chunk_size, vocab_block, mm_dtype)
         ctx.mark_non_differentiable(t1, t2)
         return logprob, entropy, t1, t2
 
@@ -153,35 +159,32 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         hidden, weight, bias, tokens, lse, entropy = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        temperature: float = ctx.temperature
+        temperature, chunk_size, vocab_block, mm_dtype = ctx.config
         n_rows, d = hidden.shape
         vocab = weight.shape[0]
         cdt, dev = lse.dtype, lse.device
-        # Per-row coefficients, 1/T folded in: G = -p (a + c (log p + H)) + a e_y, a = g_l / T,
+        grad_h = torch.zeros(n_rows, d, dtype=cdt, device=dev) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros(vocab, dtype=cdt, device=dev) if need_b else None
+        if n_rows == 0 or not (need_h or need_w or need_b):
+            return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
+        # Per-row coefficients, 1/T folded in: G = a e_y - p (a + c (log p + H)), a = g_l / T,
         # c = g_H / T.
         a = torch.zeros_like(lse) if grad_logprob is None else grad_logprob.to(cdt) / temperature
         c = torch.zeros_like(lse) if grad_entropy is None else grad_entropy.to(cdt) / temperature
-        h_c = hidden.to(cdt)  # [N, d]: a no-op for float32 / float64
-        low = weight.dtype != cdt
-        bias_c = None if bias is None else bias.to(cdt)
-        grad_h = torch.zeros(n_rows, d, dtype=cdt, device=dev) if need_h else None
-        grad_w = torch.empty_like(weight) if need_w else None
-        grad_b = torch.empty(vocab, dtype=cdt, device=dev) if need_b else None
-        if n_rows == 0 or not (need_h or need_w or need_b):
-            if grad_w is not None:
-                grad_w.zero_()
-            if grad_b is not None:
-                grad_b.zero_()
-            return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
-        rows = min(ctx.chunk_size, n_rows)
-        block = min(ctx.vocab_block, vocab)
+        h_mm = hidden.to(mm_dtype)  # [N, d]: a no-op unless up-casting
+        bias_mm = None if bias is None else bias.to(mm_dtype)
+        rows = min(chunk_size, n_rows)
+        block = min(vocab_block, vocab)
         logp_buf = torch.empty(rows, block, dtype=cdt, device=dev)
         p_buf = torch.empty(rows, block, dtype=cdt, device=dev)
-        wb_buf = torch.empty(block, d, dtype=cdt, device=dev) if low else None
-        # Low-precision or chunked weight gradients accumulate in a [block, d] float32 buffer.
+        # Matmuls in a low-precision dtype read and write this copy of the tile.
+        low_buf = torch.empty(rows, block, dtype=mm_dtype, device=dev) if mm_dtype != cdt else None
+        wb_buf = torch.empty(block, d, dtype=cdt, device=dev) if weight.dtype != mm_dtype else None
+        # Weight gradients of several token chunks, or of an up-cast weight, are summed in float32.
         gw_acc = (
             torch.empty(block, d, dtype=cdt, device=dev)
-            if need_w and (low or n_rows > rows)
+            if need_w and (n_rows > rows or weight.dtype != cdt)
             else None
         )
         lowest = torch.finfo(cdt).min
@@ -193,15 +196,17 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
             else:
                 wb = wb_buf[:k]
                 wb.copy_(weight[v0:v1])
-            bb = None if bias_c is None else bias_c[v0:v1]
+            bb = None if bias_mm is None else bias_mm[v0:v1]
             if gw_acc is not None:
                 gw_acc[:k].zero_()
             for t0 in range(0, n_rows, rows):
-                t1 = min(t0 + rows, n_rows)
-                sl = slice(t0, t1)
-                n = t1 - t0
+                sl = slice(t0, min(t0 + rows, n_rows))
+                n = sl.stop - t0
                 g, p = logp_buf[:n, :k], p_buf[:n, :k]
-                _project(h_c[sl], wb, bb, g, None)
+                g_mm = g if low_buf is None else low_buf[:n, :k]
+                _project(h_mm[sl], wb, bb, g_mm, None)
+                if low_buf is not None:
+                    g.copy_(g_mm)
                 if temperature != 1.0:
                     g.div_(temperature)
                 g.sub_(lse[sl, None])  # log p
@@ -215,21 +220,46 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
                 idx = tokens[sl] - v0
                 inside = (idx >= 0) & (idx < k)
                 g.scatter_add_(1, idx.clamp(0, k - 1)[:, None], (a[sl] * inside)[:, None])
-                if grad_h is not None:
-                    grad_h[sl].addmm_(g, wb)
-                if grad_w is not None:
-                    if gw_acc is None:
-                        torch.mm(g.t(), h_c[sl], out=grad_w[v0:v1])
-                    else:
-                        gw_acc[:k].addmm_(g.t(), h_c[sl])
+                if low_buf is not None:
+                    g_mm.copy_(g)  # rounded to the input dtype, as a plain head's logit grad
+                _accumulate(g_mm, wb, h_mm[sl], grad_h, sl, grad_w, gw_acc, v0, v1)
                 if grad_b is not None:
-                    if t0 == 0:
-                        grad_b[v0:v1] = g.sum(0)
-                    else:
-                        grad_b[v0:v1] += g.sum(0)
+                    grad_b[v0:v1] += g.sum(0)
             if grad_w is not None and gw_acc is not None:
                 grad_w[v0:v1].copy_(gw_acc[:k])
         return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
+
+
+def _accumulate(
+    g: Tensor,
+    wb: Tensor,
+    h: Tensor,
+    grad_h: Tensor | None,
+    sl: slice,
+    grad_w: Tensor | None,
+    gw_acc: Tensor | None,
+    v0: int,
+    v1: int,
+) -> None:
+    """Add one tile's contributions: ``grad_h[sl] += G W_block``, ``dW_block (+)= G^T h``.
+
+    ``g``, ``wb``, ``h`` share the matmul dtype; ``grad_h`` and ``gw_acc`` are float32 (float64)
+    accumulators; without ``gw_acc`` the block of ``grad_w`` is written directly (one token
+    chunk, weight in the compute dtype)."""
+    same = g.dtype == (grad_h.dtype if grad_h is not None else g.dtype)
+    if grad_h is not None:
+        if same:
+            grad_h[sl].addmm_(g, wb)
+        else:
+            grad_h[sl] += torch.mm(g, wb)
+    if grad_w is None:
+        return
+    if gw_acc is None:
+        torch.mm(g.t(), h, out=grad_w[v0:v1])
+    elif g.dtype == gw_acc.dtype:
+        gw_acc[: v1 - v0].addmm_(g.t(), h)
+    else:
+        gw_acc[: v1 - v0] += torch.mm(g.t(), h)
 
 
 def _grads_out(
@@ -242,7 +272,7 @@ def _grads_out(
     """Cast the float32 accumulators to the input dtypes; ``None`` for the non-tensor inputs."""
     gh = None if grad_h is None else grad_h.to(hidden.dtype)
     gb = None if grad_b is None or bias is None else grad_b.to(bias.dtype)
-    return gh, grad_w, gb, None, None, None, None
+    return gh, grad_w, gb, None, None, None, None, None
 
 
 def _check_inputs(
@@ -303,6 +333,7 @@ def hidden_token_stats(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     vocab_block: int | None = None,
+    upcast: bool = True,
 ) -> TokenStats:
     """``token_stats(hidden @ weight.T + bias, tokens)`` without materialising the logits.
 
@@ -321,6 +352,13 @@ def hidden_token_stats(
             backward, plus the outputs and gradients.
         vocab_block: vocabulary rows per backward tile and per up-cast block of a low-precision
             weight (``None``: 4096).
+        upcast: for float16 / bfloat16 inputs, form the logits in float32 (the weight up-cast
+            one block at a time, float32 matmuls). ``False``: run the matmuls in the input dtype
+            (float32 accumulation inside the kernel, output rounded to it) and take the
+            statistics of those rounded logits, exactly as a plain ``lm_head`` + ``token_stats``
+            does; faster where low-precision matmuls are (CPUs with AVX512-BF16, GPU tensor
+            cores), less precise (each logit off by up to ``2^-9 |z|`` in bfloat16). Ignored for
+            float32 / float64.
 
     Returns:
         :class:`~entropace.algos.token_stats.TokenStats` with fields shaped ``hidden.shape[:-1]``,
@@ -361,6 +399,7 @@ def hidden_token_stats(
         float(temperature),
         chunk_size,
         vocab_block,
+        bool(upcast),
     )
     logprob, entropy, t1, t2 = (out.view(shape) for out in outs)
     return TokenStats(logprob=logprob, entropy=entropy, t1=t1, t2=t2)
