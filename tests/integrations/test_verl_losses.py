@@ -221,9 +221,7 @@ def test_loss_wrapper_reads_nested_bounds_from_the_micro_batch() -> None:
     low = torch.nested.as_nested_tensor(
         [torch.full((n,), 0.1 * (i + 1)) for i, n in enumerate(lens)], layout=torch.jagged
     )
-    high = torch.nested.as_nested_tensor(
-        [torch.full((n,), 0.3) for n in lens], layout=torch.jagged
-    )
+    high = torch.nested.as_nested_tensor([torch.full((n,), 0.3) for n in lens], layout=torch.jagged)
     data = TensorDict({"entropace_eps_low": low, "entropace_eps_high": high}, batch_size=[3])
     seen = {}
 

@@ -1,0 +1,339 @@
+"""The driver-side EPPO / PAPO step logic on a verl batch (plain tensors, no Ray, no workers).
+
+:class:`EntropaceHook` holds the controllers and is called twice per training step by the
+entropace trainer (:mod:`entropace.integrations.verl.trainer`), on padded ``DataProto`` batches:
+
+1. :meth:`EntropaceHook.on_old_log_prob`, after verl's old-log-prob pass (``batch["entropy"]``,
+   the sampling policy's per-token entropy at the rollout temperature, ``[B, T]``;
+   ``batch["response_mask"]``; ``non_tensor_batch["data_source"]``, the task of each row):
+   per-task sums (:func:`entropace.control.task_sums`) give the step's
+   :class:`~entropace.control.StepSignals` (``h_k``, success, reward variance), the clip rule
+   (EPPO's pacer) turns them into per-task bounds, and each response token of task ``k`` gets
+   ``entropace_eps_low = eps_low_k``, ``entropace_eps_high = eps_high_k`` (``[B, T]``). PAPO's
+   controller advances with the batch mean token entropy ``Hbar(s)``.
+2. :meth:`EntropaceHook.on_advantages`, after verl's advantage estimator (``batch["advantages"]``
+   ``[B, T]`` and ``batch["entropace_sensitivity"]``, ``S = t2 - t1`` of each response token
+   from :mod:`entropace.integrations.verl.engine`): ``P = A S``, then
+   ``A' = polarity_reweight(A, P, mask, w_plus, w_minus)`` (``docs/ALGORITHMS.md`` section 4).
+
+Episode reward: ``sum_t token_level_scores`` (``rm_scores``) when present, else 0. Success: the
+non-tensor field ``entropace_success`` when present (the entropace agent loop writes it), else
+``reward > 0``.
+
+Metrics (prefixed ``entropace/``): ``task/<k>/{entropy,success,reward,eps_low,eps_high}``, the
+clip rule's ``task/<k>/pace_{m,z,delta,ref}``, ``polarity/{w_plus,w_minus,u,rho}`` and
+``polarity/{pos_mass,neg_mass}``: the same names as entropace's trainer and the TRL plug-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from entropace import algos
+from entropace.control import (
+    ClipSettings,
+    PolarityController,
+    build_clip_rule,
+    signals_from_sums,
+    task_sums,
+)
+from entropace.integrations.verl.losses import BOUND_FIELDS, OPTIONS_FIELD
+
+__all__ = [
+    "LOSS_RECIPES",
+    "PREFIX",
+    "SENSITIVITY_FIELD",
+    "EntropaceHook",
+    "HookSettings",
+    "settings_from_config",
+]
+
+PREFIX = "entropace/"
+#: Response-aligned batch field with PAPO's sensitivity ``S = t2 - t1`` of each token.
+SENSITIVITY_FIELD = "entropace_sensitivity"
+SUCCESS_FIELD = "entropace_success"
+#: verl ``policy_loss.loss_mode`` -> the entropace recipe it runs (``entropace.algorithm``
+#: overrides it, e.g. ``eppo-notrend``).
+LOSS_RECIPES: dict[str, str] = {
+    "eppo": "eppo",
+    "papo": "papo",
+    "eppo_papo": "eppo+papo",
+    "dcpo": "dcpo",
+    "ce_gppo": "ce_gppo",
+}
+_STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """What the hook does, resolved from the verl config.
+
+    Attributes:
+        recipe: the entropace algorithm recipe (``eppo``, ``papo``, ``eppo+papo``, ...).
+        clip_rule: ``pacer`` (per-task bounds written to the batch) or ``fixed`` (verl's own).
+        papo: reweight the advantages by entropy polarity.
+        clip: the rule's settings (``eps_low``/``eps_high`` = the actor's clip ratios).
+        polarity: PAPO controller config (used when ``papo``).
+        loss_options: the policy loss's own options (validated), sent with the batch.
+    """
+
+    recipe: str
+    clip_rule: str
+    papo: bool
+    clip: ClipSettings
+    polarity: Any
+    loss_options: Mapping[str, Any]
+
+
+def _plain(value: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, DictConfig | ListConfig):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf comes with verl
+        pass
+    return value
+
+
+def settings_from_config(config: Any) -> HookSettings:
+    """Resolve :class:`HookSettings` from a verl trainer config (DictConfig or mapping).
+
+    Reads ``actor_rollout_ref.actor.policy_loss.loss_mode`` (one of :data:`LOSS_RECIPES`),
+    ``actor_rollout_ref.actor.clip_ratio{,_low,_high}`` and the optional ``entropace`` section:
+    ``algorithm`` (a recipe name) and ``options`` (nested overrides of the recipe, e.g.
+    ``{"pacer": {"alpha": 0.5}, "polarity": {"lam": 0.3}}``), validated by
+    :func:`entropace.train.algorithms.algorithm_config`.
+
+    Raises:
+        ValueError: a loss_mode the entropace trainer does not drive, or a clip rule that needs
+            the current policy every optimiser step (``bapo``: not available inside verl).
+    """
+    from entropace.train.algorithms import algorithm_config
+
+    actor = config["actor_rollout_ref"]["actor"]
+    loss_mode = actor["policy_loss"]["loss_mode"]
+    section = _plain(config.get("entropace", None) or {})
+    if loss_mode not in LOSS_RECIPES:
+        raise ValueError(
+            f"trainer.v1.trainer_mode=entropace needs actor_rollout_ref.actor.policy_loss."
+            f"loss_mode in {sorted(LOSS_RECIPES)}; got {loss_mode!r}"
+        )
+    recipe = section.get("algorithm") or LOSS_RECIPES[loss_mode]
+    a = algorithm_config(recipe, dict(section.get("options") or {}))
+    if a.clip_rule not in ("fixed", "pacer"):
+        raise ValueError(
+            f"entropace.algorithm={recipe!r} uses clip rule {a.clip_rule!r}, which needs the "
+            "current policy at every optimiser step; the verl plug-in supports 'fixed' and "
+            "'pacer'"
+        )
+    clip = float(actor.get("clip_ratio", 0.2))
+    low = actor.get("clip_ratio_low", None)
+    high = actor.get("clip_ratio_high", None)
+    settings = ClipSettings(
+        eps_low=float(clip if low is None else low),
+        eps_high=float(clip if high is None else high),
+        pacer=a.pacer,
+        bapo=a.bapo,
+    )
+    return HookSettings(
+        recipe=recipe,
+        clip_rule=a.clip_rule,
+        papo=bool(a.papo),
+        clip=settings,
+        polarity=a.polarity,
+        loss_options={k: v for k, v in dict(a.loss_options).items() if k != "dual_clip"},
+    )
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> float:
+    m = mask.to(torch.float64)
+    return float((torch.where(mask.bool(), values.to(torch.float64), 0.0) * m).sum()) / max(
+        float(m.sum()), 1.0
+    )
+
+
+class EntropaceHook:
+    """EPPO's pacer and PAPO's controller driven by verl batches (see the module docstring)."""
+
+    def __init__(self, settings: HookSettings) -> None:
+        self.settings = settings
+        self.rule = build_clip_rule(settings.clip_rule, settings.clip)
+        self.polarity = PolarityController(config=settings.polarity) if settings.papo else None
+        self.tasks: list[str] = []  # every task seen, in first-seen order
+        self._step_tasks: list[str] = []
+        self._weights: tuple[float, float] = (1.0, 1.0)
+        self.metrics: dict[str, float] = {}
+
+    @property
+    def writes_bounds(self) -> bool:
+        """True when per-token bounds go into the batch (the pacer); False keeps verl's."""
+        return self.settings.clip_rule != "fixed"
+
+    @property
+    def needs_sensitivity(self) -> bool:
+        """True when the old-log-prob pass must also return ``S = t2 - t1`` (PAPO)."""
+        return self.polarity is not None
+
+    # ------------------------------------------------------------------------------- step 1
+    def _task_ids(self, sources: Sequence[Any]) -> tuple[Tensor, list[str]]:
+        names = [str(s) for s in sources]
+        for n in names:
+            if n not in self.tasks:
+                self.tasks.append(n)
+        index = {n: i for i, n in enumerate(self.tasks)}
+        return torch.tensor([index[n] for n in names], dtype=torch.long), self.tasks
+
+    def on_old_log_prob(self, data: Any) -> dict[str, float]:
+        """Pace the clip range from this step's rollout and attach the per-token bounds.
+
+        Args:
+            data: a ``DataProto`` with ``batch["entropy"]`` and ``batch["response_mask"]``
+                (``[B, T]``), ``non_tensor_batch["data_source"]`` (``[B]``); optional
+                ``batch["token_level_scores"]`` / ``batch["rm_scores"]`` (``[B, T]``) and
+                ``non_tensor_batch["entropace_success"]``.
+
+        Returns:
+            the step's metrics so far (also kept in :attr:`metrics`). When the rule is the
+            pacer, ``data.batch`` gains :data:`BOUND_FIELDS` (``[B, T]``, float32).
+        """
+        batch = data.batch
+        entropy, mask = batch["entropy"], batch["response_mask"]
+        if "data_source" not in data.non_tensor_batch:
+            raise ValueError(
+                "the entropace trainer needs each row's task in non_tensor_batch['data_source'] "
+                "(the dataset's data_source column)"
+            )
+        sources = list(data.non_tensor_batch["data_source"])
+        task_ids, names = self._task_ids(sources)
+        scores = None
+        for key in ("token_level_scores", "rm_scores"):
+            if key in batch.keys():
+                scores = batch[key]
+                break
+        b = entropy.shape[0]
+        rewards = (
+            torch.zeros(b, dtype=torch.float64)
+            if scores is None
+            else scores.to(torch.float64).sum(-1).cpu()
+        )
+        if SUCCESS_FIELD in data.non_tensor_batch:
+            success = torch.as_tensor(
+                np.asarray(data.non_tensor_batch[SUCCESS_FIELD], dtype=np.float64)
+            )
+        else:
+            success = (rewards > 0).to(torch.float64)
+        sums = task_sums(
+            entropy.detach().cpu(), mask.detach().cpu(), rewards, success, task_ids, len(names)
+        )
+        signals = signals_from_sums(sums, names)
+        bounds = self.rule.on_step(signals)
+        present = [n for n in names if n in signals.task_episodes]
+        self._step_tasks = present
+        metrics: dict[str, float] = {}
+        default = (self.settings.clip.eps_low, self.settings.clip.eps_high)
+        for k in present:
+            lo, hi = bounds.get(k, default) if self.writes_bounds else default
+            if k in signals.task_entropy:
+                metrics[f"task/{k}/entropy"] = signals.task_entropy[k]
+            metrics[f"task/{k}/success"] = signals.task_success[k]
+            metrics[f"task/{k}/reward"] = signals.task_reward[k]
+            metrics[f"task/{k}/eps_low"] = float(lo)
+            metrics[f"task/{k}/eps_high"] = float(hi)
+        metrics.update(self.rule.metrics(present))
+        if self.writes_bounds:
+            table = torch.tensor(
+                [bounds.get(n, default) for n in names], dtype=torch.float32
+            )  # [K, 2]
+            per_row = table[task_ids]  # [B, 2]
+            shape = mask.shape
+            batch[BOUND_FIELDS[0]] = per_row[:, :1].expand(shape).contiguous().to(mask.device)
+            batch[BOUND_FIELDS[1]] = per_row[:, 1:].expand(shape).contiguous().to(mask.device)
+        if self.polarity is not None:
+            self._weights = self.polarity.update(_masked_mean(entropy, mask))
+            metrics.update(self.polarity.metrics())
+        self.metrics = metrics
+        return self.prefixed(metrics)
+
+    # ------------------------------------------------------------------------------- step 2
+    def on_advantages(self, data: Any) -> dict[str, float]:
+        """PAPO: reweight ``batch["advantages"]`` in place by entropy polarity.
+
+        Args:
+            data: a ``DataProto`` with ``batch["advantages"]``, ``batch["response_mask"]`` and
+                ``batch["entropace_sensitivity"]`` (``[B, T]``).
+
+        Returns:
+            ``entropace/polarity/{pos_mass,neg_mass}`` (shares of ``sum |A|`` on ``P > 0`` /
+            ``P < 0`` tokens, before reweighting). Nothing happens without PAPO.
+        """
+        if self.polarity is None:
+            return {}
+        batch = data.batch
+        if SENSITIVITY_FIELD not in batch.keys():
+            raise ValueError(
+                f"PAPO needs batch[{SENSITIVITY_FIELD!r}] (S = t2 - t1 of each response token) "
+                "from the old-log-prob pass; use the entropace trainer with an FSDP engine "
+                "(entropace.integrations.verl.engine)"
+            )
+        adv, mask = batch["advantages"], batch["response_mask"]
+        sens = batch[SENSITIVITY_FIELD].to(adv.device, adv.dtype)
+        polarity = algos.entropy_polarity(adv, sens)
+        keep = mask.bool()
+        w = torch.where(keep, adv.abs(), 0.0).to(torch.float64)
+        total = float(w.sum())
+        pos = float((w * (polarity > 0)).sum()) / total if total > 0 else 0.0
+        neg = float((w * (polarity < 0)).sum()) / total if total > 0 else 0.0
+        w_plus, w_minus = self._weights
+        batch["advantages"] = algos.polarity_reweight(
+            adv, polarity, mask, w_plus=w_plus, w_minus=w_minus
+        )
+        extra = {"polarity/pos_mass": pos, "polarity/neg_mass": neg}
+        self.metrics.update(extra)
+        return self.prefixed(extra)
+
+    # ---------------------------------------------------------------------------- utilities
+    @property
+    def loss_options(self) -> dict[str, Any]:
+        """Non-tensor batch entry sending the loss's options to the workers (``{}``: none)."""
+        opts = dict(self.settings.loss_options)
+        return {OPTIONS_FIELD: opts} if opts else {}
+
+    @staticmethod
+    def prefixed(metrics: Mapping[str, float]) -> dict[str, float]:
+        return {f"{PREFIX}{k}": float(v) for k, v in metrics.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable controller state (saved next to verl's checkpoint)."""
+        return {
+            "version": _STATE_VERSION,
+            "recipe": self.settings.recipe,
+            "tasks": list(self.tasks),
+            "rule": self.rule.state_dict(),
+            "polarity": None if self.polarity is None else self.polarity.state_dict(),
+            "weights": list(self._weights),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (same recipe and controller configs)."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"entropace verl state: unknown version {state.get('version')!r}")
+        if state.get("recipe") != self.settings.recipe:
+            raise ValueError(
+                f"entropace verl state was saved by recipe {state.get('recipe')!r}, this run "
+                f"uses {self.settings.recipe!r}"
+            )
+        self.tasks = list(state["tasks"])
+        self.rule.load_state_dict(dict(state["rule"]))
+        if self.polarity is not None:
+            if state.get("polarity") is None:
+                raise ValueError("entropace verl state has no PAPO controller state")
+            self.polarity.load_state_dict(state["polarity"])
+        w = state.get("weights", [1.0, 1.0])
+        self._weights = (float(w[0]), float(w[1]))
