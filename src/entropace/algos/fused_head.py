@@ -174,8 +174,10 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
         c = torch.zeros_like(lse) if grad_entropy is None else grad_entropy.to(cdt) / temperature
         h_mm = hidden.to(mm_dtype)  # [N, d]: a no-op unless up-casting
         bias_mm = None if bias is None else bias.to(mm_dtype)
-        rows = min(chunk_size, n_rows)
+        # Tiles of [rows, block]; their two float32 buffers together hold about as much as one
+        # forward chunk (chunk_size x V), and at least chunk_size rows.
         block = min(vocab_block, vocab)
+        rows = min(n_rows, max(chunk_size, chunk_size * vocab // (2 * block)))
         logp_buf = torch.empty(rows, block, dtype=cdt, device=dev)
         p_buf = torch.empty(rows, block, dtype=cdt, device=dev)
         # Matmuls in a low-precision dtype read and write this copy of the tile.
@@ -187,7 +189,10 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
             if need_w and (n_rows > rows or weight.dtype != cdt)
             else None
         )
-        lowest = torch.finfo(cdt).min
+        inv_t = 1.0 / temperature
+        offset = -(a + c * entropy)  # [N]
+        # -inf bias entries (masked vocabulary): log p = -inf there (one host sync per call)
+        masked_vocab = bias is not None and not bool(torch.isfinite(bias).all())
         for v0 in range(0, vocab, block):
             v1 = min(v0 + block, vocab)
             k = v1 - v0
@@ -204,18 +209,13 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
                 n = sl.stop - t0
                 g, p = logp_buf[:n, :k], p_buf[:n, :k]
                 g_mm = g if low_buf is None else low_buf[:n, :k]
-                _project(h_mm[sl], wb, bb, g_mm, None)
-                if low_buf is not None:
-                    g.copy_(g_mm)
-                if temperature != 1.0:
-                    g.div_(temperature)
-                g.sub_(lse[sl, None])  # log p
+                _log_probs_tile(h_mm[sl], wb, bb, lse[sl], inv_t, g, low_buf, n, k)
                 torch.exp(g, out=p)
-                g.clamp_(min=lowest)  # -inf bias entries: p = 0, so p log p = 0, not NaN
-                g.mul_(p)  # p log p
-                g.addcmul_(p, entropy[sl, None])  # p (log p + H)
-                g.mul_(-c[sl, None])
-                g.addcmul_(p, -a[sl, None])
+                if masked_vocab:  # p = 0 there already; keeps c log p finite (no 0 * inf)
+                    g.clamp_(min=-1e4)
+                # G = -p (a + c (log p + H)) = p (log p (-c) - (a + c H))
+                torch.addcmul(offset[sl, None], g, -c[sl, None], out=g)
+                g.mul_(p)
                 # + a e_y for the rows whose token lies in this block (others add 0)
                 idx = tokens[sl] - v0
                 inside = (idx >= 0) & (idx < k)
@@ -228,6 +228,37 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
             if grad_w is not None and gw_acc is not None:
                 grad_w[v0:v1].copy_(gw_acc[:k])
         return _grads_out(grad_h, grad_w, grad_b, hidden, bias)
+
+
+def _log_probs_tile(
+    h: Tensor,
+    wb: Tensor,
+    bb: Tensor | None,
+    lse: Tensor,
+    inv_t: float,
+    out: Tensor,
+    low_buf: Tensor | None,
+    n: int,
+    k: int,
+) -> None:
+    """``out = (h wb^T + bb) / T - lse[:, None]`` (``log p`` of a ``[n, k]`` tile) in ``out.dtype``.
+
+    In the compute dtype the matmul accumulates straight onto ``bb / T - lse`` (one BLAS call,
+    one extra pass). With a low-precision ``mm_dtype`` the logits are first rounded to it in
+    ``low_buf`` (as the forward's), then up-cast, scaled and shifted into ``out``."""
+    if low_buf is None:
+        if bb is None:
+            out.copy_(lse[:, None].neg().expand(n, k))
+        else:
+            torch.sub(bb[None, :] * inv_t, lse[:, None], out=out)
+        out.addmm_(h, wb.t(), alpha=inv_t)
+        return
+    z = low_buf[:n, :k]
+    _project(h, wb, bb, z, None)
+    out.copy_(z)
+    if inv_t != 1.0:
+        out.mul_(inv_t)
+    out.sub_(lse[:, None])
 
 
 def _accumulate(
