@@ -19,6 +19,10 @@ Conventions shared by every family (the trainer and the CLI rely on them):
 * An environment never raises on a bad action: malformed, empty, huge or hostile actions get
   an observation that explains what went wrong. It raises only on misuse by the caller
   (``step`` before ``reset`` or after the episode ended).
+* One length rule in every family: a reply of at most :data:`MAX_ACTION_CHARS` characters is
+  parsed whole (by the family's own rule: first command, last line, last call, ...); a longer
+  reply is not parsed at all and is a parse error whose observation names the limit
+  (:func:`action_too_long`). Every family parser is linear in the reply's length.
 * Turn limits are enforced by :class:`TurnLimit`, which :func:`entropace.envs.make` wraps
   around every environment: the step that reaches ``max_turns`` without termination returns
   ``truncated=True``.
@@ -30,6 +34,10 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+#: Longest reply any family parses (characters). 8k tokens of ~4 characters fit; the default
+#: rollout budget (256 tokens a turn) stays far below. Longer replies are parse errors.
+MAX_ACTION_CHARS = 32_000
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -60,6 +68,20 @@ class TextEnv(Protocol):
 
 Policy = Callable[[str], str]
 """A policy maps the latest observation to the next action (used by scripted oracles)."""
+
+
+def action_too_long(action: str) -> str | None:
+    """The parse-error observation for a reply over :data:`MAX_ACTION_CHARS`, or None.
+
+    Families call it first in ``step`` (before any parsing), so no parser ever sees more than
+    ``MAX_ACTION_CHARS`` characters.
+    """
+    if len(action) <= MAX_ACTION_CHARS:
+        return None
+    return (
+        f"Your reply is {len(action)} characters long; replies are limited to "
+        f"{MAX_ACTION_CHARS} characters and this one was not read. Reply with one short action."
+    )
 
 
 def check_difficulty(difficulty: str) -> str:

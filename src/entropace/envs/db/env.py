@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from entropace.envs.base import Policy, StepResult, check_difficulty
+from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
 from entropace.envs.db.actions import answer_matches, format_answer, parse_action
 from entropace.envs.db.build import SOURCES, database_path
 from entropace.envs.db.questions import Instance, generate, schema_text
@@ -127,6 +127,10 @@ class DbEnv:
         if inst is None:
             raise RuntimeError("db: step() called before reset()")
         info: dict[str, Any] = {"success": False, "parse_error": False, "sql_error": False}
+        too_long = action_too_long(action)
+        if too_long is not None:
+            info["parse_error"] = True
+            return too_long, 0.0, False, False, info
         parsed = parse_action(action)
         if parsed is None:
             info["parse_error"] = True

@@ -83,15 +83,20 @@ class QueryResult:
 
 
 def strip_sql(sql: str) -> str:
-    """Remove surrounding whitespace, code fences and trailing semicolons from ``sql``."""
+    """Remove surrounding whitespace, code fences and trailing semicolons from ``sql``.
+
+    Linear in ``len(sql)``: the trailing run of semicolons and whitespace is found in one
+    backward scan (stripping one ``;`` at a time copied the string each time: quadratic).
+    """
     s = sql.strip()
     if s.startswith("```"):
         s = re.sub(r"^```[A-Za-z]*\s*", "", s)
         s = re.sub(r"\s*```\s*$", "", s)
     s = s.strip()
-    while s.endswith(";"):
-        s = s[:-1].rstrip()
-    return s
+    end = len(s)
+    while end and (s[end - 1] == ";" or s[end - 1].isspace()):
+        end -= 1
+    return s[:end]
 
 
 def code_only(sql: str) -> str:
@@ -150,7 +155,13 @@ def check_statement(sql: str) -> str | None:
 def run_query(
     conn: sqlite3.Connection, sql: str, *, max_rows: int = 20, timeout_s: float = 1.0
 ) -> QueryResult:
-    """Run untrusted ``sql`` on ``conn`` (from :func:`connect_readonly`); never raises."""
+    """Run untrusted ``sql`` on ``conn`` (from :func:`connect_readonly`); never raises.
+
+    The length limit applies to the text as sent, before any stripping (a query padded with
+    a megabyte of ``" ;"`` is refused, not stripped down to a short one).
+    """
+    if len(sql) > MAX_SQL_CHARS:
+        return QueryResult(error=f"query too long ({len(sql)} characters; at most {MAX_SQL_CHARS})")
     sql = strip_sql(sql)
     problem = check_statement(sql)
     if problem is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from entropace.envs.base import StepResult, check_difficulty
+from entropace.envs.base import StepResult, action_too_long, check_difficulty
 from entropace.envs.household.generate import LEVELS, Instance, generate, goal_satisfied
 from entropace.envs.household.parser import parse_command
 from entropace.envs.household.world import World, apply
@@ -96,9 +96,12 @@ class HouseholdEnv:
     def step(self, action: str) -> StepResult:
         if self.world is None or self.instance is None:
             raise RuntimeError("household: step() before reset()")
-        command = parse_command(action)
+        too_long = action_too_long(action)
+        command = parse_command(action) if too_long is None else None
         parse_error = command is None
-        if command is None:
+        if too_long is not None:
+            obs = too_long
+        elif command is None:
             obs = PARSE_ERROR
         elif command.verb == "think":
             obs = "OK."

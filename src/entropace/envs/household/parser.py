@@ -1,7 +1,8 @@
 """ALFWorld's command grammar: text -> :class:`Command`, and back.
 
 Accepted commands (case-insensitive; the last non-empty line of the model's output counts, and
-a leading ``Action:`` or ``>`` is ignored)::
+a leading ``Action:`` or ``>`` is ignored; the environment refuses replies over
+:data:`entropace.envs.base.MAX_ACTION_CHARS` before parsing, so the whole reply is read)::
 
     look | inventory | help | think: <anything>
     go to <recep>            open <recep>            close <recep>
@@ -76,7 +77,8 @@ _TEMPLATES: dict[str, str] = {
 
 
 def _last_line(text: str) -> str:
-    for line in reversed(text[-4 * MAX_COMMAND_CHARS :].splitlines()):
+    """The last non-empty line of ``text``, stripped (linear: one split, one backward scan)."""
+    for line in reversed(text.splitlines()):
         if line.strip():
             return line.strip()
     return ""

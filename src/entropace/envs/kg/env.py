@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from entropace.envs.base import Policy, StepResult, check_difficulty
+from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
 from entropace.envs.kg.graph import load_graph
 from entropace.envs.kg.questions import TEMPLATES, Question, instances
 from entropace.envs.kg.tools import ToolSession
@@ -94,6 +94,9 @@ class KGEnv:
     def step(self, action: str) -> StepResult:
         if self.session is None or self.question is None:
             raise RuntimeError("kg: step() called before reset()")
+        too_long = action_too_long(action)
+        if too_long is not None:
+            return too_long, 0.0, False, False, {"success": False, "parse_error": True}
         out = self.session.run(action)
         info: dict[str, Any] = {"success": False, "parse_error": out.parse_error}
         if not out.answered:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from entropace.envs.base import EnvError, Policy, check_difficulty
+from entropace.envs.base import EnvError, Policy, action_too_long, check_difficulty
 from entropace.envs.os.actions import (
     Answer,
     Bash,
@@ -114,6 +114,9 @@ class OsEnv:
         """Apply one reply: run a command, or end with an answer / ``done``."""
         if self.task is None:
             raise EnvError("os: step() called before reset()")
+        too_long = action_too_long(action)
+        if too_long is not None:
+            return too_long, 0.0, False, False, {"success": False, "parse_error": True}
         parsed = parse_action(action)
         if parsed is None:
             return _SYNTAX_HINT, 0.0, False, False, {"success": False, "parse_error": True}

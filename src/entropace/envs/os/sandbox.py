@@ -10,13 +10,25 @@ Design (why one sandbox per command, and why the state travels as a tar stream):
   minimal ``/dev``, and a read-only root. The only writable paths are three private,
   size-capped tmpfs mounts: ``/work`` (the episode's files), ``/tmp`` (scratch, not kept) and
   ``/.io`` (the command's captured output), plus a 64 KiB ``/.meta`` for its exit status.
+  Further user namespaces are disabled inside (``--disable-userns``): a nested one could mount
+  its own tmpfs, sized by the host's memory instead of these caps.
+* The tmpfs mounts also cap **inodes** (``nr_inodes``: a flood of empty files costs kernel
+  memory, not tmpfs bytes). bwrap's ``--tmpfs`` takes no inode option, so the mounts are made
+  one step earlier: ``unshare --user --map-root-user --mount`` starts a private mount namespace
+  (owned by an unprivileged user namespace; nothing propagates to the host), mounts the capped
+  tmpfs there, and execs bwrap, which binds them in. Where that outer step cannot run, the
+  sandbox falls back to bwrap's own ``--tmpfs`` mounts (bytes capped, inodes not) with a
+  ``RuntimeWarning``.
 * The episode's state is a tar archive held in host memory. It is **copied in** on the
   sandbox's stdin and extracted into the ``/work`` tmpfs before the command runs, and copied
   back out (``tar -c`` of ``/work``) on stdout after it. Nothing on the host's disk is ever
   bind-mounted writable, the host never extracts an archive the sandbox produced (the verifier
   reads it in memory with :mod:`tarfile`), and a command that breaks the sandbox (kills its
   shell, corrupts the stream, overflows a cap) simply loses its own changes: every command is
-  transactional.
+  transactional. The host decodes the stream defensively (:func:`_decode_stream`): the capture
+  files count only as regular files (a command may replace them with symlinks, FIFOs or
+  directories), and a work tree that would not fit into ``/work`` when copied back in (a sparse
+  file is copied back at its full size) is refused, so the episode's state always restores.
 * When the sandbox ends, its PID namespace ends, so no process of a command outlives it:
   endless loops, fork bombs and ``setsid`` daemons are bounded by the per-command time limit.
   Inside, the command runs under ``timeout -s KILL`` with resource limits (``ulimit``: process
@@ -45,6 +57,10 @@ import subprocess
 import time
 import warnings
 from dataclasses import dataclass
+
+from entropace.envs.os.stream import RunResult, decode_stream
+
+_decode_stream = decode_stream  # the name the sandbox tests use
 
 __all__ = [
     "RunResult",
@@ -80,8 +96,23 @@ rc=$?
 for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   kill -KILL -1 2>/dev/null || break
 done
+rm -rf /.meta/rc 2>/dev/null
 echo "$rc" >/.meta/rc || exit 96
 cd / && exec tar -c -f - work .io/out .meta/rc
+"""
+
+
+# The outer mount step: ``unshare`` runs ``bash -c _OUTER FD bwrap ...`` as root of a fresh user
+# namespace in a private mount namespace; one ``mount -a`` mounts the capped tmpfs of _FSTAB
+# (a memfd on fd FD, closed again before bwrap starts), then bwrap ("$@") binds them in.
+# Nothing of this is visible on the host.
+_OUTER = 'f=$0; mount -a -T "/proc/self/fd/$f" && exec {f}<&- && exec "$@"'
+_FSTAB = """\
+entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
+entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-io /tmp/io tmpfs size={out},nr_inodes=16,mode=0755,X-mount.mkdir 0 0
+entropace-meta /tmp/meta tmpfs size=65536,nr_inodes=16,mode=0755,X-mount.mkdir 0 0
 """
 
 
@@ -103,6 +134,8 @@ class SandboxLimits:
         max_processes: process limit (``ulimit -u``) inside the sandbox's user namespace.
         file_bytes: largest file a command may write (``ulimit -f``).
         max_command_chars: longest accepted command (longer ones are refused unrun).
+        max_files: inodes of ``/work`` and of ``/tmp`` each (files, directories, symlinks;
+            ``/.io`` and ``/.meta`` get 16); applied where the outer mount step is available.
     """
 
     timeout_s: float = 5.0
@@ -113,6 +146,7 @@ class SandboxLimits:
     max_processes: int = 64
     file_bytes: int = 8 * MiB
     max_command_chars: int = 16_000
+    max_files: int = 4096
 
     def __post_init__(self) -> None:
         if not (0 < self.timeout_s <= 600):
@@ -124,34 +158,13 @@ class SandboxLimits:
             raise ValueError(f"max_processes must be >= 8, got {self.max_processes}")
         if self.max_command_chars < 1:
             raise ValueError(f"max_command_chars must be >= 1, got {self.max_command_chars}")
+        if self.max_files < 64:
+            raise ValueError(f"max_files must be >= 64, got {self.max_files}")
 
     @property
     def max_stream_bytes(self) -> int:
         """Largest tar stream read back: the work tree, the output, and tar's headers."""
         return 2 * self.work_bytes + self.output_bytes + 4 * MiB
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """The outcome of one sandboxed command.
-
-    Attributes:
-        output: the command's stdout+stderr (as bytes, at most ``SandboxLimits.output_bytes``).
-        exit_code: the shell's exit status (137 when killed by the time limit); None when the
-            sandbox failed.
-        timed_out: the command (or the sandbox) hit the time limit.
-        state: the new work tree as a tar archive; None when the command's changes were lost
-            (then ``error`` says why) and the caller keeps its previous state.
-        error: why the sandbox failed, or None.
-        seconds: wall-clock time of the whole sandbox run.
-    """
-
-    output: bytes
-    exit_code: int | None
-    timed_out: bool
-    state: bytes | None
-    error: str | None
-    seconds: float
 
 
 def require_bwrap() -> tuple[str, int | None]:
@@ -160,10 +173,17 @@ def require_bwrap() -> tuple[str, int | None]:
     Raises :class:`SandboxUnavailableError` naming the fix when bwrap is missing or cannot
     create a sandbox.
     """
+    path, host_uid, _ = _require()
+    return path, host_uid
+
+
+def _require() -> tuple[str, int | None, str | None]:
+    """(bwrap, host uid, ``unshare`` for the inode-capped mounts or None), probed once."""
     path = shutil.which("bwrap")
     if path is None:
         raise SandboxUnavailableError(f"bubblewrap (`bwrap`) not found on PATH: {_INSTALL_HINT}")
-    host_uid, problem = _probe(path, os.geteuid())
+    unshare = shutil.which("unshare")
+    host_uid, capped, problem = _probe(path, os.geteuid(), unshare)
     if problem:
         raise SandboxUnavailableError(
             f"bubblewrap cannot start a sandbox here ({problem}). It needs user namespaces: "
@@ -171,32 +191,45 @@ def require_bwrap() -> tuple[str, int | None]:
             "(older Debian kernels) or `kernel.apparmor_restrict_unprivileged_userns=0` "
             "(Ubuntu >= 23.10), or run inside a container that allows them."
         )
-    return path, host_uid
+    return path, host_uid, unshare if capped else None
 
 
 @functools.lru_cache(maxsize=4)
-def _probe(bwrap: str, euid: int) -> tuple[int | None, str]:
-    """Start one trivial sandbox: (host uid that works, '') or (None, bwrap's error).
+def _probe(bwrap: str, euid: int, unshare: str | None) -> tuple[int | None, bool, str]:
+    """Start one trivial sandbox: (host uid, inode caps work, '') or (None, False, the error).
 
     As root, the sandbox first tries the unprivileged uid ``nobody`` (so that the process limit
-    is enforced), then root itself with a warning. Cached per process.
+    is enforced), then root itself with a warning; for each, first with the outer mount step
+    (``unshare``: inode-capped tmpfs), then without it, with a warning. Cached per process.
     """
     candidates: list[int | None] = [_NOBODY, None] if euid == 0 else [None]
     problem = ""
     for host_uid in candidates:
-        box = Sandbox(SandboxLimits(timeout_s=10.0), bwrap=bwrap, host_uid=host_uid)
-        result = box.run("echo ok", empty_state())
-        if result.error is None and result.output == b"ok\n" and result.state is not None:
-            if host_uid is None and euid == 0:
-                warnings.warn(
-                    "bwrap cannot run as an unprivileged uid here; the os sandbox runs as "
-                    "host root, where the kernel does not enforce its process-count limit",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            return host_uid, ""
-        problem = problem or result.error or f"unexpected output {result.output[:200]!r}"
-    return None, problem
+        for outer in [unshare, None] if unshare else [None]:
+            box = Sandbox(
+                SandboxLimits(timeout_s=10.0), bwrap=bwrap, host_uid=host_uid, unshare=outer
+            )
+            result = box.run("echo ok", empty_state())
+            if result.error is None and result.output == b"ok\n" and result.state is not None:
+                if host_uid is None and euid == 0:
+                    warnings.warn(
+                        "bwrap cannot run as an unprivileged uid here; the os sandbox runs as "
+                        "host root, where the kernel does not enforce its process-count limit",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                if outer is None:
+                    why = "`unshare` is not installed" if not unshare else problem
+                    warnings.warn(
+                        "the os sandbox cannot mount inode-capped tmpfs here "
+                        f"({why or 'the outer mount step failed'}); it uses bwrap's own "
+                        "--tmpfs, whose size is capped but whose number of files is not",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                return host_uid, outer is not None, ""
+            problem = problem or result.error or f"unexpected output {result.output[:200]!r}"
+    return None, False, problem
 
 
 def empty_state() -> bytes:
@@ -237,8 +270,10 @@ class Sandbox:
     Args:
         limits: resource limits of every command.
         bwrap: path of the ``bwrap`` binary (default: found on PATH and probed once, which
-            also picks ``host_uid``).
+            also picks ``host_uid`` and ``unshare``).
         host_uid: when the caller is root, the host uid to start bwrap as (None: root).
+        unshare: path of util-linux ``unshare`` for the outer step that mounts the inode-capped
+            tmpfs (None: bwrap's own ``--tmpfs``, inodes uncapped).
     """
 
     def __init__(
@@ -247,15 +282,17 @@ class Sandbox:
         *,
         bwrap: str | None = None,
         host_uid: int | None = None,
+        unshare: str | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         if bwrap is None:
             # RLIMIT_NPROC is not enforced for host uid 0: as root, run bwrap as nobody.
-            bwrap, host_uid = require_bwrap()
+            bwrap, host_uid, unshare = _require()
         self.bwrap = bwrap
+        self.unshare = unshare
         self._host_uid = host_uid if os.geteuid() == 0 else None
 
-    def _argv(self, command: str, passwd_fd: int, group_fd: int) -> list[str]:
+    def _argv(self, command: str, passwd_fd: int, group_fd: int, fstab_fd: int | None) -> list[str]:
         lim = self.limits
         wrapper = _WRAPPER.format(
             nproc=lim.max_processes,
@@ -263,10 +300,24 @@ class Sandbox:
             fsize_kb=lim.file_bytes // 1024,
             timeout_s=f"{lim.timeout_s:g}",
         )
+        if self.unshare is None:  # bwrap's own tmpfs: bytes capped, inodes not
+            mounts = ["--size", str(lim.work_bytes), "--tmpfs", "/work",
+                      "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp",
+                      "--size", str(lim.output_bytes), "--tmpfs", "/.io",
+                      "--size", "65536", "--tmpfs", "/.meta"]  # fmt: skip
+            outer: list[str] = []
+        else:  # mounted by the outer step (see _OUTER), bound in by bwrap
+            mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp",
+                      "--bind", "/tmp/io", "/.io", "--bind", "/tmp/meta", "/.meta"]  # fmt: skip
+            outer = [self.unshare, "--user", "--map-root-user", "--mount",
+                     "--propagation", "private", "--", "/usr/bin/bash", "-c", _OUTER,
+                     str(fstab_fd)]  # fmt: skip
         # fmt: off
         return [
+            *outer,
             self.bwrap,
-            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID),
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
@@ -278,10 +329,7 @@ class Sandbox:
             "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
             "--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
             "--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group",
-            "--size", str(lim.work_bytes), "--tmpfs", "/work",
-            "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp",
-            "--size", str(lim.output_bytes), "--tmpfs", "/.io",
-            "--size", "65536", "--tmpfs", "/.meta",
+            *mounts,
             "--remount-ro", "/",
             "--chdir", "/work",
             "--clearenv",
@@ -306,6 +354,12 @@ class Sandbox:
             msg += f"{self.limits.max_command_chars}"
             return RunResult(b"", None, False, None, msg, 0.0)
         passwd_fd, group_fd = _data_fd(_PASSWD), _data_fd(_GROUP)
+        lim = self.limits
+        fstab = _FSTAB.format(
+            work=lim.work_bytes, tmp=lim.tmp_bytes, out=lim.output_bytes, files=lim.max_files
+        )
+        fstab_fd = _memfd(fstab.encode(), "entropace-fstab") if self.unshare else None
+        fds = (passwd_fd, group_fd) if fstab_fd is None else (passwd_fd, group_fd, fstab_fd)
         stdin_fd = _memfd(state, "entropace-state")
         stderr_fd = os.memfd_create("entropace-stderr")
         kwargs: dict[str, object] = {}
@@ -313,21 +367,21 @@ class Sandbox:
             kwargs = {"user": self._host_uid, "group": self._host_uid, "extra_groups": []}
         try:
             proc = subprocess.Popen(  # noqa: S603 - fixed argv, the command runs in the sandbox
-                self._argv(command, passwd_fd, group_fd),
+                self._argv(command, passwd_fd, group_fd, fstab_fd),
                 stdin=stdin_fd,
                 stdout=subprocess.PIPE,
                 stderr=stderr_fd,
-                pass_fds=(passwd_fd, group_fd),
+                pass_fds=fds,
                 start_new_session=True,
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
                 **kwargs,  # type: ignore[arg-type]
             )
         except OSError as exc:
-            for fd in (passwd_fd, group_fd, stdin_fd, stderr_fd):
+            for fd in (*fds, stdin_fd, stderr_fd):
                 os.close(fd)
             return RunResult(b"", None, False, None, f"could not start bwrap: {exc}", 0.0)
-        for fd in (passwd_fd, group_fd, stdin_fd):
+        for fd in (*fds, stdin_fd):
             os.close(fd)
         stream, timed_out, overflow = self._read_capped(proc)
         try:
@@ -344,7 +398,9 @@ class Sandbox:
         if overflow:
             msg = "the work directory grew past the size limit"
             return RunResult(b"", None, False, None, msg, seconds)
-        result = _decode_stream(stream, proc.returncode, stderr, seconds)
+        result = _decode_stream(
+            stream, proc.returncode, stderr, seconds, work_bytes=self.limits.work_bytes
+        )
         # 137 is SIGKILL; it is the time limit only if the command ran that long.
         timed_out = result.exit_code == 137 and seconds >= self.limits.timeout_s
         return dataclasses.replace(result, timed_out=timed_out)
@@ -387,45 +443,3 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
-
-
-def _decode_stream(stream: bytes, returncode: int, stderr: bytes, seconds: float) -> RunResult:
-    """Split the wrapper's tar stream into (new work tree, output, exit code)."""
-    import io
-    import tarfile
-
-    if returncode in (96, 97, 98) or not stream:
-        why = stderr.decode("utf-8", "replace").strip() or f"exit status {returncode}"
-        msg = f"the sandbox failed ({why[:300]}); the command's changes were discarded"
-        return RunResult(b"", None, False, None, msg, seconds)
-    output, rc = b"", None
-    work = io.BytesIO()
-    try:
-        with (
-            tarfile.open(fileobj=io.BytesIO(stream), mode="r:") as src,
-            tarfile.open(fileobj=work, mode="w", format=tarfile.GNU_FORMAT) as dst,
-        ):
-            for member in src:
-                if member.name == ".io/out":
-                    output = _read_member(src, member)
-                elif member.name == ".meta/rc":
-                    rc = int(_read_member(src, member).strip() or b"-1")
-                elif member.name == "work" or member.name.startswith("work/"):
-                    data = src.extractfile(member) if member.isreg() else None
-                    dst.addfile(member, data)
-    except (tarfile.TarError, ValueError, OSError, EOFError) as exc:
-        msg = f"the sandbox returned an unreadable work tree ({type(exc).__name__}); "
-        msg += "the command's changes were discarded"
-        return RunResult(b"", None, False, None, msg, seconds)
-    if rc is None:
-        msg = "the command killed its own shell; its changes were discarded"
-        return RunResult(output, None, False, None, msg, seconds)
-    return RunResult(output, rc, False, work.getvalue(), None, seconds)
-
-
-def _read_member(tar: object, member: object) -> bytes:
-    import tarfile
-
-    assert isinstance(tar, tarfile.TarFile) and isinstance(member, tarfile.TarInfo)
-    f = tar.extractfile(member)
-    return f.read() if f is not None else b""

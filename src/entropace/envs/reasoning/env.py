@@ -13,7 +13,7 @@ import math
 import random
 from typing import Any
 
-from entropace.envs.base import Policy, StepResult, check_difficulty
+from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
 from entropace.envs.reasoning.datasets import (
     DATASETS,
     MAX_ANSWER_CHARS,
@@ -134,6 +134,10 @@ class ReasoningEnv:
     def step(self, action: str) -> StepResult:
         if self.entry is None:
             raise RuntimeError("reasoning: step() called before reset()")
+        too_long = action_too_long(action)
+        if too_long is not None:
+            obs = f"{too_long} Score: 0. The episode is over."
+            return obs, 0.0, True, False, {"success": False, "parse_error": True, "score": 0.0}
         answer = extract_answer(action)
         if answer is None:
             obs = (

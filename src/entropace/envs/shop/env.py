@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from entropace.envs.base import StepResult, check_difficulty
+from entropace.envs.base import StepResult, action_too_long, check_difficulty
 from entropace.envs.shop.catalogue import CATEGORIES, Product, build_catalogue
 from entropace.envs.shop.search import SearchIndex
 
@@ -47,9 +47,10 @@ def parse_action(text: str) -> tuple[str, str] | None:
     """The last ``search[...]`` or ``click[...]`` in ``text`` as ``(verb, argument)``, or None.
 
     The argument is stripped; the verb is lower-cased. Any text around the action (for example
-    a thought before it) is ignored.
+    a thought before it) is ignored. The whole text is searched (linear time); the environment
+    refuses replies over :data:`entropace.envs.base.MAX_ACTION_CHARS` before parsing.
     """
-    matches = _ACTION.findall(text[-4000:]) if isinstance(text, str) else []
+    matches = _ACTION.findall(text) if isinstance(text, str) else []
     if not matches:
         return None
     verb, arg = matches[-1]
@@ -98,7 +99,11 @@ def make_goal(products: tuple[Product, ...], seed: int, difficulty: str) -> Goal
     limit = math.ceil(target.price * rng.uniform(flo, fhi) * 100) / 100
     limit = max(limit, target.price)
     noun = target.category
-    wanted = attributes[0] if len(attributes) == 1 else ", ".join(attributes[:-1]) + " and " + attributes[-1]
+    wanted = (
+        attributes[0]
+        if len(attributes) == 1
+        else ", ".join(attributes[:-1]) + " and " + attributes[-1]
+    )
     parts = [f"i am looking for {wanted} {noun}"]
     parts += [f"with {name}: {value}" for name, value in options]
     instruction = ", ".join(parts) + f", and price lower than {limit:.2f} dollars"
@@ -146,6 +151,9 @@ class ShopEnv:
     def step(self, action: str) -> StepResult:
         if self.goal is None:
             raise RuntimeError("shop: step() before reset()")
+        too_long = action_too_long(action)
+        if too_long is not None:
+            return self._stay(too_long, parse_error=True)
         parsed = parse_action(action)
         if parsed is None:
             return self._stay(
