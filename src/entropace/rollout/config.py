@@ -76,7 +76,9 @@ class RolloutConfig:
         positive("generation_batch_size", True)
         for name in ("share_prefix", "reuse_kv"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"rollout.{name} must be true or false, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"rollout.{name} must be true or false, got {getattr(self, name)!r}"
+                )
         if not (isinstance(self.temperature, int | float) and self.temperature > 0):
             raise ValueError(f"rollout.temperature must be > 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
