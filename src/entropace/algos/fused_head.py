@@ -6,8 +6,8 @@ logits of row ``n`` are ``z_n = W h_n + b`` and, at temperature ``T``, ``p_n = s
 (``logprob``, ``entropy``, and the PAPO polarity terms ``t1``, ``t2``; ``shared/docs/ALGORITHMS.md``
 section 4) without ever holding the ``[N, V]`` logits:
 
-- **forward**: ``chunk_size`` rows at a time, ``z = h_chunk W^T + b`` goes into one reused float32
-  ``[chunk_size, V]`` buffer, and :func:`token_stats` reduces it to the four statistics. Only two
+- **forward**: ``chunk_size`` rows at a time, ``z = h_chunk W^T + b`` goes into one reused
+  ``[chunk_size, V]`` buffer (float32; the input dtype with ``upcast=False``), and :func:`token_stats` reduces it to the four statistics. Only two
   numbers per row are kept for backward: the log-normaliser ``lse = logsumexp(z / T)`` (computed
   as ``z_y / T - logprob``; directly for a row whose sampled token is masked) and the entropy ``H``.
 - **backward** (gradients flow through ``logprob`` and ``entropy``; ``t1`` and ``t2`` are detached,
@@ -17,8 +17,9 @@ section 4) without ever holding the ``[N, V]`` logits:
       log p = z / T - lse,   p = exp(log p)
       dL/dz = (g_l e_y - p (g_l + g_H (log p + H))) / T
 
-  so backward walks vocabulary blocks (outer) and token chunks (inner): each tile recomputes its
-  logits, forms ``G = dL/dz`` (``[chunk, block]``), and accumulates ``dL/dh += G W_block`` and
+  so backward walks vocabulary blocks (outer) and token chunks (inner): each ``[rows, block]``
+  tile (two float32 buffers holding together about as much as one forward chunk) recomputes its
+  logits, forms ``G = dL/dz``, and accumulates ``dL/dh += G W_block`` and
   ``dL/dW_block = G^T h`` (``dL/db_block = sum_rows G``). ``dL/dW`` is written block by block in the
   weight's dtype, so no float32 ``[V, d]`` accumulator is needed even for bfloat16 weights.
 
@@ -29,9 +30,11 @@ the low-precision values, not logits rounded to bfloat16 as a plain ``lm_head`` 
 gradients are accumulated in float32 and rounded once to the input dtype. ``upcast=False`` runs
 the matmuls in the input dtype instead and reproduces the plain head's rounded logits (faster on
 hardware with fast bfloat16 matmuls; float32 matmuls on a GPU run without tensor cores unless
-TF32 is enabled). Cost: the forward does one ``N x d x V`` matmul (as the plain
-head), the backward three (the plain head's backward does two), in exchange for ``O(chunk * V)``
-memory instead of ``O(N * V)``.
+TF32 is enabled).
+
+Cost: the forward does one ``N x d x V`` matmul (as the plain head), the backward three (the
+plain head's backward does two), in exchange for ``O(chunk_size * V)`` memory instead of
+``O(N * V)`` (measured in ``benchmarks/results/fused_head.md``).
 
 TRL's and Liger's fused linear heads (log-probs and entropy from hidden states) follow the same
 idea; none computes ``t2``.
@@ -378,9 +381,9 @@ def hidden_token_stats(
         bias: optional ``[V]`` head bias, same dtype; ``-inf`` entries mask vocabulary entries.
         temperature: ``T > 0``; the statistics are those of ``softmax(logits / T)``.
         chunk_size: token rows per chunk (``None``: :func:`default_head_chunk_size`). The result
-            does not depend on it (up to matmul round-off); peak extra memory is about
-            ``chunk_size * V * 4`` bytes in forward and ``2 * chunk_size * vocab_block * 4`` in
-            backward, plus the outputs and gradients.
+            does not depend on it (up to matmul round-off); the work buffers hold about
+            ``chunk_size * V * 4`` bytes in forward and in backward, besides the outputs and the
+            gradients (``dW`` is ``V x d``, as in the unfused path).
         vocab_block: vocabulary rows per backward tile and per up-cast block of a low-precision
             weight (``None``: 4096).
         upcast: for float16 / bfloat16 inputs, form the logits in float32 (the weight up-cast
