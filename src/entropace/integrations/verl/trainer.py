@@ -1,0 +1,244 @@
+"""The ``entropace`` trainer for verl 0.9.1's V1 trainer (``trainer.v1.trainer_mode=entropace``).
+
+A subclass of verl's synchronous ``PPOTrainerSync``, registered with verl's
+``register_trainer``. It changes four steps of verl's pipeline and nothing else:
+
+1. workers: the actor worker is :class:`EntropaceActorRolloutRefWorker`, whose loss function
+   reads the per-token bounds from the batch (:class:`~entropace.integrations.verl.losses.
+   EntropaceLossFn` around verl's ``ppo_loss``);
+2. after the old-log-prob pass (which verl runs with ``calculate_entropy=True``): per-task
+   entropy from ``entropy``, ``response_mask`` and ``data_source`` drives EPPO's pacer on the
+   driver, and ``entropace_eps_low`` / ``entropace_eps_high`` are written to the batch
+   (TransferQueue), response-aligned like ``advantages``. With PAPO the pass also returns
+   ``entropace_sensitivity`` (:mod:`~entropace.integrations.verl.engine`) and the polarity
+   controller advances;
+3. after verl's advantage estimator: PAPO reweights ``advantages``;
+4. checkpoints: the controllers' JSON state is written to ``global_step_<n>/entropace.json``
+   (before verl's own files and tracker, so a checkpoint verl can resume always has it) and read
+   back on resume.
+
+Metrics (``entropace/task/<k>/eps_low``, ``.../entropy``, ``.../pace_z``,
+``entropace/polarity/...``) go into the step's metrics, hence verl's tracking. The driver logic
+itself is :class:`~entropace.integrations.verl.hooks.EntropaceHook`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1 import trainer_base
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.workers.engine_workers import ActorRolloutRefWorker
+from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+from entropace.integrations.verl.engine import FLAG
+from entropace.integrations.verl.hooks import (
+    SENSITIVITY_FIELD,
+    SUCCESS_FIELD,
+    EntropaceHook,
+    settings_from_config,
+)
+from entropace.integrations.verl.losses import BOUND_FIELDS, EntropaceLossFn
+
+__all__ = [
+    "STATE_FILE",
+    "TRAINER_NAME",
+    "EntropaceActorRolloutRefWorker",
+    "EntropacePPOTrainer",
+    "register_trainer_cls",
+]
+
+logger = logging.getLogger(__name__)
+
+TRAINER_NAME = "entropace"
+STATE_FILE = "entropace.json"
+_ACTOR_ROLES = (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef)
+
+
+class EntropaceActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's actor/rollout/ref worker whose actor loss reads entropace's per-token bounds."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        super().init_model()
+        if getattr(self, "actor", None) is not None and self.loss_fn is not None:
+            self.loss_fn = EntropaceLossFn(self.loss_fn)
+            self.actor.set_loss_fn(self.loss_fn)
+
+
+def _tq() -> Any:
+    """verl's TransferQueue client module, as the base trainer uses it (patchable in tests)."""
+    return trainer_base.tq
+
+
+def _padded(data: TensorDict, names: list[str]) -> TensorDict:
+    present = [n for n in names if n in data.keys()]
+    return data.select(*present).to_padded_tensor()
+
+
+def _non_tensor_list(data: TensorDict, name: str) -> list[Any] | None:
+    if name not in data.keys():
+        return None
+    value = data[name]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return list(value)
+
+
+class EntropacePPOTrainer(PPOTrainerSync):
+    """verl's synchronous PPO trainer with EPPO / PAPO (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.entropace = EntropaceHook(settings_from_config(config))
+        corr = config.algorithm.get("rollout_correction", None)
+        if corr is not None and corr.get("bypass_mode", False):
+            raise ValueError(
+                "the entropace trainer needs verl's old-log-prob pass (entropy per token); "
+                "algorithm.rollout_correction.bypass_mode=True skips it"
+            )
+
+    # ------------------------------------------------------------------------------ workers
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        for role in list(self.role_worker_mapping):
+            if role in _ACTOR_ROLES:
+                self.role_worker_mapping[role] = ray.remote(EntropaceActorRolloutRefWorker)
+
+    # ------------------------------------------------------------------------- step hooks
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        if self.entropace.needs_sensitivity:
+            batch.extra_info[FLAG] = True
+        meta = batch
+        try:
+            batch = super()._compute_old_log_prob(batch, metrics)
+        finally:  # the later passes (ref, update) must not compute it
+            meta.extra_info.pop(FLAG, None)
+            batch.extra_info.pop(FLAG, None)
+        tq = _tq()
+        fields = ["entropy", "response_mask", "rm_scores", "data_source", "extra_fields"]
+        if self.entropace.needs_sensitivity:
+            fields.append(SENSITIVITY_FIELD)
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        response_mask = data["response_mask"]
+        write: dict[str, torch.Tensor] = {}
+        if self.entropace.needs_sensitivity:
+            if SENSITIVITY_FIELD not in data.keys():
+                raise ValueError(
+                    "PAPO: the old-log-prob pass returned no 'entropace_sensitivity'; the actor "
+                    "engine must be entropace's FSDP engine (NVIDIA GPUs, use_remove_padding=True)"
+                )
+            sens = response_from_nested(data[SENSITIVITY_FIELD], response_mask)
+            write[SENSITIVITY_FIELD] = sens
+        padded = _padded(data, ["entropy", "response_mask", "rm_scores"])
+        non_tensor: dict[str, np.ndarray] = {}
+        sources = _non_tensor_list(data, "data_source")
+        if sources is not None:
+            non_tensor["data_source"] = np.array([str(s) for s in sources], dtype=object)
+        extra = _non_tensor_list(data, "extra_fields")
+        if extra and all(isinstance(e, dict) and SUCCESS_FIELD in e for e in extra):
+            non_tensor[SUCCESS_FIELD] = np.array([float(e[SUCCESS_FIELD]) for e in extra])
+        proto = DataProto(batch=padded, non_tensor_batch=non_tensor)
+        metrics.update(self.entropace.on_old_log_prob(proto))
+        if self.entropace.writes_bounds:
+            for name in BOUND_FIELDS:
+                write[name] = response_to_nested(proto.batch[name], response_mask)
+        if write:
+            batch = tq.kv_batch_put(
+                keys=batch.keys,
+                partition_id=batch.partition_id,
+                fields=TensorDict(write, batch_size=len(batch)),
+            )
+        return batch
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        batch = super()._compute_advantage(batch, metrics)
+        if not self.entropace.needs_sensitivity:
+            return batch
+        tq = _tq()
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["advantages", "response_mask", SENSITIVITY_FIELD],
+        )
+        response_mask = data["response_mask"]
+        proto = DataProto(batch=data.to_padded_tensor())
+        metrics.update(self.entropace.on_advantages(proto))
+        adv = response_to_nested(proto.batch["advantages"], response_mask)
+        return tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=TensorDict({"advantages": adv}, batch_size=len(batch)),
+        )
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        batch.extra_info.update(self.entropace.loss_options)
+        return super()._update_actor(batch, metrics)
+
+    # ------------------------------------------------------------------------- checkpoints
+    def _step_folder(self, step: int) -> str:
+        root = self.config.trainer.default_local_dir
+        if not os.path.isabs(root):
+            root = os.path.join(os.getcwd(), root)
+        return os.path.join(root, f"global_step_{step}")
+
+    def save_entropace_state(self, folder: str) -> str:
+        """Write the controllers' state to ``folder/entropace.json`` (atomic rename)."""
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.entropace.state_dict(), f)
+        os.replace(tmp, path)
+        return path
+
+    def load_entropace_state(self, folder: str) -> bool:
+        """Restore the controllers from ``folder/entropace.json``; False if there is none."""
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("no %s in %s: the entropace controllers start fresh", STATE_FILE, folder)
+            return False
+        with open(path) as f:
+            self.entropace.load_state_dict(json.load(f))
+        return True
+
+    def _save_checkpoint(self) -> None:
+        self.save_entropace_state(self._step_folder(self.global_steps))
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.global_steps <= 0:
+            return
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+            if not os.path.isabs(folder):
+                folder = os.path.join(os.getcwd(), folder)
+        else:
+            root = self.config.trainer.default_local_dir
+            if not os.path.isabs(root):
+                root = os.path.join(os.getcwd(), root)
+            folder = find_latest_ckpt_path(root) or self._step_folder(self.global_steps)
+        self.load_entropace_state(folder)
+
+
+def register_trainer_cls() -> list[str]:
+    """Register :class:`EntropacePPOTrainer` as verl trainer ``entropace`` (idempotent)."""
+    existing = trainer_base.TRAINER_REGISTRY.get(TRAINER_NAME)
+    if existing is not EntropacePPOTrainer:
+        register_trainer(TRAINER_NAME)(EntropacePPOTrainer)
+    return [TRAINER_NAME]
