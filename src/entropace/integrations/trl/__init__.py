@@ -40,6 +40,7 @@ from entropace.integrations.trl.trainer import (
     EPS_HIGH_KEY,
     EPS_LOW_KEY,
     STATE_FILE,
+    TASK_IDS_KEY,
     EntropaceGRPOTrainer,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "EPS_LOW_KEY",
     "STATE_FILE",
     "SUPPORTED",
+    "TASK_IDS_KEY",
     "TRL_VERSION",
     "UNSUPPORTED",
     "CompletionStats",

@@ -11,7 +11,11 @@ TRL 1.16's loss is one clamp-based PPO surrogate,
 it needs nothing more. :func:`resolve_recipe` turns a recipe name into the ``GRPOConfig``
 fields it sets plus the controllers the trainer runs.
 
-Recipes that cannot run, and why, are listed in :data:`UNSUPPORTED`.
+Recipes that cannot run, and why, are listed in :data:`UNSUPPORTED`. TRL's own options stay
+TRL's: the KL coefficient (``beta``), the entropy bonus, and PPO's dual clip, which is
+``GRPOConfig(delta=...)`` (TRL caps ``r`` at ``delta``, which only binds for ``A < 0``: the
+dual-clip rule). entropace's ``ppo`` loss uses a dual clip of 3 by default; TRL's ``delta`` is
+off by default and the recipes leave it as the user set it.
 """
 
 from __future__ import annotations
@@ -124,6 +128,18 @@ def _algorithm_config(name: str, overrides: Mapping[str, Any]) -> Any:
     return build_dataclass(AlgorithmConfig, {**merged, "name": name}, "algorithm")
 
 
+def _bounds(a: Any) -> tuple[float, float]:
+    """The recipe's fixed ``(eps_low, eps_high)``; ``None`` means the policy loss's defaults."""
+    from entropace.train import algorithms
+
+    effective = getattr(algorithms, "effective_bounds", None)
+    if effective is not None:
+        return effective(a)
+    if a.eps_low is None or a.eps_high is None:
+        raise ValueError(f"algorithm {a.name!r} has no clip bounds")
+    return float(a.eps_low), float(a.eps_high)
+
+
 def _merge_controller(
     kind: str, recipe_cfg: Any, user: Any, cls: type, recipe_fields: Mapping[str, Any]
 ) -> Any:
@@ -204,9 +220,12 @@ def resolve_recipe(
             f"dr_grpo's seq_norm={a.seq_norm} must equal max_completion_length "
             f"({max_completion_length}) in TRL"
         )
-    eps_low, eps_high = a.eps_low, a.eps_high
-    if eps_low is None or eps_high is None:  # issue 8 interface: the loss's default bounds
-        eps_low, eps_high = 0.2, 0.2
+    if a.loss_options:
+        raise ValueError(
+            f"loss_options {dict(a.loss_options)} have no TRL equivalent here; PPO's dual clip "
+            "is TRL's GRPOConfig(delta=...)"
+        )
+    eps_low, eps_high = _bounds(a)
     trl_args = {
         "loss_type": _LOSS_TYPE[a.agg],
         "scale_rewards": _SCALE_REWARDS[a.advantage],

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from entropace.algos import token_stats
+from entropace.algos import hidden_token_stats, token_stats
 from entropace.algos.token_stats import default_chunk_size
 
 __all__ = [
@@ -103,7 +103,7 @@ def completion_token_stats(
             ``completion_mask * tool_mask``).
         temperature: the sampling temperature.
         batch_size: rows per forward pass (None: all).
-        chunk_size: masked positions per LM-head chunk (None: ``default_chunk_size(V)``).
+        chunk_size: masked positions per LM-head chunk (None: the head kernel's default).
         autocast: a context manager factory for the forward (e.g. ``accelerator.autocast``).
 
     Returns:
@@ -121,6 +121,7 @@ def completion_token_stats(
     scale, softcap = _logit_transform(model)
     vocab = head.weight.shape[0]
     chunk = chunk_size or default_chunk_size(vocab, head.weight.device)
+    plain = type(head) is torch.nn.Linear and scale == 1.0 and softcap is None
     out = [torch.zeros(rows, completion_len, dtype=torch.float32, device=input_ids.device)]
     out += [torch.zeros_like(out[0]) for _ in range(2)]
     step = batch_size or rows
@@ -139,17 +140,25 @@ def completion_token_stats(
             ).last_hidden_state
         states = hidden[:, -completion_len - 1 : -1][mask]  # [n, d], predicting each token
         tokens = completion_ids[start:end][mask]
-        parts: list[list[Tensor]] = [[], [], []]
-        for first in range(0, tokens.shape[0], chunk):
-            logits = head(states[first : first + chunk].to(head.weight.dtype))
-            if scale != 1.0:
-                logits = logits * scale
-            if softcap is not None:
-                logits = softcap * torch.tanh(logits / softcap)
-            stats = token_stats(logits, tokens[first : first + chunk], temperature=temperature)
-            parts[0].append(stats.logprob)
-            parts[1].append(stats.entropy)
-            parts[2].append(stats.sensitivity)
+        states = states.to(head.weight.dtype)
+        if plain:  # the LM head fused with the statistics (entropace.algos.hidden_token_stats)
+            stats = hidden_token_stats(
+                states, head.weight, tokens, bias=head.bias, temperature=temperature,
+                chunk_size=chunk_size,
+            )  # fmt: skip
+            parts = [[stats.logprob], [stats.entropy], [stats.sensitivity]]
+        else:  # scaled / soft-capped logits or a wrapped head: one logits chunk at a time
+            parts = [[], [], []]
+            for first in range(0, tokens.shape[0], chunk):
+                logits = head(states[first : first + chunk])
+                if scale != 1.0:
+                    logits = logits * scale
+                if softcap is not None:
+                    logits = softcap * torch.tanh(logits / softcap)
+                stats = token_stats(logits, tokens[first : first + chunk], temperature=temperature)
+                parts[0].append(stats.logprob)
+                parts[1].append(stats.entropy)
+                parts[2].append(stats.sensitivity)
         for tensor, values in zip(out, parts, strict=True):
             tensor[start:end][mask] = torch.cat(values).to(torch.float32)
     return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])

@@ -57,11 +57,13 @@ from entropace.integrations.trl.stats import (
     task_sums,
 )
 
-__all__ = ["EntropaceGRPOTrainer", "EPS_HIGH_KEY", "EPS_LOW_KEY", "STATE_FILE"]
+__all__ = ["EntropaceGRPOTrainer", "EPS_HIGH_KEY", "EPS_LOW_KEY", "STATE_FILE", "TASK_IDS_KEY"]
 
 #: Batch keys of the per-completion clip bounds (``[B, 1]`` float32).
 EPS_LOW_KEY = "entropace_eps_low"
 EPS_HIGH_KEY = "entropace_eps_high"
+#: Batch key of each completion's task index into ``trainer.task_names`` (``[B]`` long).
+TASK_IDS_KEY = "entropace_task_ids"
 #: The controllers' state inside each TRL checkpoint folder.
 STATE_FILE = "entropace_state.json"
 #: Per-token statistics that entropace's multi-turn rollouts hand over as extra fields.
@@ -91,8 +93,7 @@ def _apply_recipe(args: GRPOConfig, recipe: TRLRecipe) -> None:
             current = args.epsilon
         if current != value and current != defaults[key].default:
             warnings.warn(
-                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} "
-                f"(was {current!r})",
+                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} (was {current!r})",
                 stacklevel=3,
             )
         setattr(args, key, value)
@@ -156,7 +157,9 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         _apply_recipe(args, recipe)
         if recipe.overlong is not None:
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-            reward_funcs = [f for f in funcs if f is not None] + [_overlong_reward(*recipe.overlong)]
+            reward_funcs = [f for f in funcs if f is not None] + [
+                _overlong_reward(*recipe.overlong)
+            ]
             if args.reward_weights is not None:
                 args.reward_weights = [*args.reward_weights, 1.0]
             rpc = kwargs.get("reward_processing_classes")
@@ -347,6 +350,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             if name in signals.task_entropy:
                 metrics[f"task/{name}/entropy"] = signals.task_entropy[name]
 
+        output[TASK_IDS_KEY] = task_ids  # [B] index into task_names (metrics, debugging)
         if self.pacer is not None:
             metrics.update(self._pace(output, signals, task_ids, update=mode == "train"))
         if recipe.advantage == "rloo":
