@@ -1,9 +1,10 @@
 """Shared set-up of the TRL integration tests, and the script their multi-process test launches.
 
 Imported by ``tests/integrations/test_trl*.py`` (tiny model directory, two-task dataset, reward,
-``GRPOConfig``); run as a script by ``accelerate launch --num_processes 2 --cpu`` (and plainly,
-for the one-process reference) to train a few steps with greedy generation and write each
-rank's controller state to ``<out>/rank<r>.json``.
+``GRPOConfig``); run as a script by ``accelerate launch`` with two CPU processes (and plainly, for the
+one-process reference) to train a few steps and write each
+rank's controller state (completions: :func:`fixed_rollout`, or greedy decoding), logged ``entropace/`` metrics and the advantages handed to the loss
+(per generation batch, this rank's rows) to ``<out>/rank<r>.json``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +53,47 @@ def task_dataset(num_prompts: int = 16) -> Any:
 
 
 def digit_reward(completions: list[Any], task: list[str], **_: Any) -> list[float]:
-    """Share of digits in the completion (x3 for ``chat``), plus 0.1 x the completion's index
-    within its group (completions of a group are consecutive), so that even identical
-    completions of a group (greedy decoding) get different rewards."""
+    """Share of digits in the completion (x3 for ``chat``), plus ``0.1 j^2`` for the
+    completion's index ``j`` within its group (completions of a group are consecutive), so that
+    even identical completions of a group (greedy decoding) get different, asymmetric rewards
+    (symmetric ones would make PAPO's rescaling factor exactly 1 in every group)."""
     out = []
     for i, (completion, name) in enumerate(zip(completions, task, strict=True)):
         text = completion[0]["content"] if isinstance(completion, list) else completion
         share = sum(ch.isdigit() for ch in text) / max(1, len(text))
-        out.append(share * (3.0 if name == "chat" else 1.0) + 0.1 * (i % GROUP))
+        out.append(share * (3.0 if name == "chat" else 1.0) + 0.1 * (i % GROUP) ** 2)
     return out
+
+
+def fixed_rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    """A TRL ``rollout_func`` whose completions depend only on (prompt, index in group): the
+    same tokens whichever process samples them, and different within a group (lengths 5-11)."""
+    tokenizer = trainer.processing_class
+    vocab = len(tokenizer)
+    out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        j = i % GROUP
+        gen = torch_generator(zlib.crc32(f"{prompt[-1]['content']}|{j}".encode()))
+        length = 5 + (3 * j) % 7
+        completion = [int(t) for t in randint(3, vocab, length, gen)]
+        out["prompt_ids"].append(ids)
+        out["completion_ids"].append(completion)
+        out["logprobs"].append([0.0] * length)
+    return out
+
+
+def torch_generator(seed: int) -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def randint(low: int, high: int, n: int, gen: Any) -> list[int]:
+    import torch
+
+    return torch.randint(low, high, (n,), generator=gen).tolist()
 
 
 def grpo_args(output_dir: str, **overrides: Any) -> Any:
@@ -99,6 +133,9 @@ def main() -> None:
     parser.add_argument("--algorithm", default="eppo+papo")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--per-device", type=int, default=GROUP)
+    parser.add_argument(
+        "--fixed-completions", action="store_true", help="use fixed_rollout (else greedy)"
+    )
     ns = parser.parse_args()
 
     import torch
@@ -118,7 +155,17 @@ def main() -> None:
         args=args,
         train_dataset=task_dataset(),
         algorithm=ns.algorithm,
+        rollout_func=fixed_rollout if ns.fixed_completions else None,
     )
+    advantages: list[list[list[float]]] = []
+    original = trainer._generate_and_score_completions
+
+    def scored(inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = original(inputs)
+        advantages.append(out["advantages"].tolist())
+        return out
+
+    trainer._generate_and_score_completions = scored
     trainer.train()
     eps_log = [
         {k: v for k, v in row.items() if k.startswith("entropace/")}
@@ -130,6 +177,10 @@ def main() -> None:
         json.dump(
             {
                 "world": trainer.accelerator.num_processes,
+                "backend": (
+                    torch.distributed.get_backend() if torch.distributed.is_initialized() else None
+                ),
+                "advantages": advantages,
                 "state": trainer.entropace_state_dict(),
                 "log": eps_log,
             },
