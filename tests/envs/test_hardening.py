@@ -132,6 +132,15 @@ def test_os_huge_answer_is_refused_fast() -> None:
     assert f"{MAX_ACTION_CHARS}" in obs
 
 
+def test_whitespace_constant_is_what_str_strip_removes() -> None:
+    import sys
+
+    from entropace.envs.base import WHITESPACE
+
+    every = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+    assert WHITESPACE == every
+
+
 def test_action_too_long_message() -> None:
     assert action_too_long("x" * MAX_ACTION_CHARS) is None
     msg = action_too_long("x" * (MAX_ACTION_CHARS + 1))

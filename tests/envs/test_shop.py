@@ -35,11 +35,21 @@ def test_reward_hand_computed() -> None:
     # same department, other category: factor 0.5
     other = _product("running shoes")
     assert other.department == p.department
-    expected = 0.5 * (sum(a in other.attributes for a in goal.attributes) + 0 + (other.price <= goal.price_limit)) / 4
+    expected = (
+        0.5
+        * (
+            sum(a in other.attributes for a in goal.attributes)
+            + 0
+            + (other.price <= goal.price_limit)
+        )
+        / 4
+    )
     assert shop_reward(goal, other, {}) == pytest.approx(expected)
     # other department: factor 0.1
     coffee = _product("coffee")
-    assert shop_reward(goal, coffee, {}) == pytest.approx(0.1 * (coffee.price <= goal.price_limit) / 4)
+    assert shop_reward(goal, coffee, {}) == pytest.approx(
+        0.1 * (coffee.price <= goal.price_limit) / 4
+    )
 
 
 def test_goal_is_satisfied_by_its_target_exactly() -> None:
@@ -65,7 +75,10 @@ def test_catalogue_is_deterministic_and_unique() -> None:
 
 def test_parse_action() -> None:
     assert parse_action("search[red shoes]") == ("search", "red shoes")
-    assert parse_action("Thought: I should open it.\nAction: click[ B01234ABCD ]") == ("click", "B01234ABCD")
+    assert parse_action("Thought: I should open it.\nAction: click[ B01234ABCD ]") == (
+        "click",
+        "B01234ABCD",
+    )
     assert parse_action("CLICK[Buy Now]") == ("click", "Buy Now")
     assert parse_action("search[a] then click[b]") == ("click", "b")
     assert parse_action("buy it now") is None
@@ -99,7 +112,7 @@ def test_navigation_and_errors() -> None:
     env = make("shop", difficulty="easy")
     obs, _ = env.reset(5)
     assert "[Search]" in obs
-    obs, *_ , info = env.step("click[Buy Now]")
+    obs, *_, info = env.step("click[Buy Now]")
     assert "no button [Buy Now]" in obs and not info["parse_error"]
     obs, *_ = env.step("search[water bottle]")
     assert "Page 1 of 5" in obs and "[Next >]" in obs and "[< Prev]" not in obs

@@ -39,6 +39,13 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 #: rollout budget (256 tokens a turn) stays far below. Longer replies are parse errors.
 MAX_ACTION_CHARS = 32_000
 
+#: Every character for which ``str.isspace()`` holds (what ``str.strip()`` removes), for
+#: C-speed ``strip(WHITESPACE + extra)`` calls; a test checks it against the Unicode database.
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from entropace.envs.base import WHITESPACE
+
 #: Authorizer action codes a read-only query may use.
 _ALLOWED_ACTIONS: frozenset[int] = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
@@ -85,18 +87,14 @@ class QueryResult:
 def strip_sql(sql: str) -> str:
     """Remove surrounding whitespace, code fences and trailing semicolons from ``sql``.
 
-    Linear in ``len(sql)``: the trailing run of semicolons and whitespace is found in one
-    backward scan (stripping one ``;`` at a time copied the string each time: quadratic).
+    Linear in ``len(sql)``: the trailing run of semicolons and whitespace goes in one
+    ``rstrip`` (stripping one ``;`` at a time copied the string each time: quadratic).
     """
     s = sql.strip()
     if s.startswith("```"):
         s = re.sub(r"^```[A-Za-z]*\s*", "", s)
         s = re.sub(r"\s*```\s*$", "", s)
-    s = s.strip()
-    end = len(s)
-    while end and (s[end - 1] == ";" or s[end - 1].isspace()):
-        end -= 1
-    return s[:end]
+    return s.strip().rstrip(WHITESPACE + ";")
 
 
 def code_only(sql: str) -> str:

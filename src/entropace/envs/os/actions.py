@@ -16,6 +16,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from entropace.envs.base import WHITESPACE
+
 __all__ = [
     "Answer",
     "Bash",
@@ -49,8 +51,8 @@ class Done:
 
 Action = Bash | Answer | Done
 
-_QUOTES = frozenset("`'\"")
-_QUOTES_DOT = _QUOTES | {"."}
+_LEFT = WHITESPACE + "`'\""
+_RIGHT = _LEFT + "."
 _ACTION = re.compile(r"\A\s*(bash|answer)[ \t]*:(.*)\Z", re.IGNORECASE | re.DOTALL)
 _DONE = re.compile(r"\A\s*done[ \t]*\.?\s*\Z", re.IGNORECASE)
 _FENCE = re.compile(r"\A```[A-Za-z]*[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
@@ -79,16 +81,12 @@ def normalize_answer(text: str) -> str:
     """Lower-case, trim quotes/backticks and final periods, collapse whitespace.
 
     Removes the longest prefix of whitespace and quotes (`` ` ' " ``) and the longest suffix
-    of whitespace, quotes and periods, in one pass each (linear; repeating
+    of whitespace, quotes and periods, one ``strip`` call each (linear; repeating
     ``strip().strip(quotes).rstrip(".")`` until nothing changes, which gives the same result,
     was quadratic on ``"'."`` repeated).
     """
-    start, end = 0, len(text)
-    while start < end and (text[start] in _QUOTES or text[start].isspace()):
-        start += 1
-    while end > start and (text[end - 1] in _QUOTES_DOT or text[end - 1].isspace()):
-        end -= 1
-    return " ".join(text[start:end].split()).lower()
+    text = text.lstrip(_LEFT).rstrip(_RIGHT)
+    return " ".join(text.split()).lower()
 
 
 def answers_match(answer: str, gold: str) -> bool:

@@ -1,0 +1,138 @@
+"""Before/after timings of the environment hardening (issue 9), measured side by side.
+
+* ``os`` sandbox: one command in a fresh sandbox with the code of ``--before`` (read from git),
+  with the current code in bwrap-only mode (``unshare=None``: bytes capped, inodes not), and
+  with the current default (the outer ``unshare`` step that mounts inode-capped tmpfs). The
+  three variants run interleaved, round after round, so load changes hit them alike.
+* parsers: ``strip_sql`` and ``normalize_answer`` of ``--before`` vs now on the issue's
+  adversarial shapes at growing sizes (best of 5; the old ones run once above 32 KiB and are
+  skipped at 1 MiB, where they take 29 s and 12 s).
+
+Run: ``python benchmarks/bench_envs_hardening.py --before 6811e00 --rounds 30``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = (
+    "ls -la",
+    "find . -type f | wc -l",
+    "grep -rh ' ERROR ' logs | sort | head -n 3",
+    "echo note > note.txt && wc -c note.txt",
+)
+
+
+def _old_module(rev: str, path: str, name: str) -> types.ModuleType:
+    """A module of revision ``rev`` (stdlib-only modules), loaded under another name."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses look the module up while the class is built
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def _ms(xs: list[float]) -> str:
+    xs = sorted(xs)
+    p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+    return f"{statistics.median(xs) * 1e3:.1f} / {p95 * 1e3:.1f}"
+
+
+def bench_sandbox(rev: str, rounds: int) -> list[str]:
+    from entropace.envs.os.env import OsEnv
+    from entropace.envs.os.sandbox import Sandbox, SandboxLimits, _require
+
+    old = _old_module(rev, "src/entropace/envs/os/sandbox.py", "old_sandbox")
+    bwrap, host_uid, unshare = _require()
+    env = OsEnv("medium")
+    env.reset(3)
+    state = env.state
+    boxes: dict[str, Any] = {
+        f"before ({rev})": old.Sandbox(old.SandboxLimits(), bwrap=bwrap, host_uid=host_uid),
+        "now, bwrap-only fallback": Sandbox(SandboxLimits(), bwrap=bwrap, host_uid=host_uid),
+        "now (default: inode-capped mounts)": Sandbox(
+            SandboxLimits(), bwrap=bwrap, host_uid=host_uid, unshare=unshare
+        ),
+    }
+    times: dict[str, list[float]] = {k: [] for k in boxes}
+    for _ in range(rounds):
+        for command in COMMANDS:
+            for name, box in boxes.items():
+                start = time.perf_counter()
+                result = box.run(command, state)
+                times[name].append(time.perf_counter() - start)
+                assert result.error is None, (name, command, result.error)
+    rows = [
+        "| variant | ms per command (median / p95) | ratio to before (medians) |",
+        "|---|---|---|",
+    ]
+    base = statistics.median(times[f"before ({rev})"])
+    for name, xs in times.items():
+        rows.append(f"| {name} | {_ms(xs)} | {statistics.median(xs) / base:.2f} |")
+    return rows
+
+
+def bench_parsers(rev: str) -> list[str]:
+    from entropace.envs.db.sandbox import strip_sql
+    from entropace.envs.os.actions import normalize_answer
+
+    old_db = _old_module(rev, "src/entropace/envs/db/sandbox.py", "old_db_sandbox")
+    old_os = _old_module(rev, "src/entropace/envs/os/actions.py", "old_os_actions")
+    rows = ["| function | input | chars | before (ms) | now (ms) |", "|---|---|---|---|---|"]
+    cases = (
+        ("strip_sql", "SELECT 1 + ' ;' x n", lambda n: "SELECT 1" + " ;" * n, old_db.strip_sql, strip_sql),
+        ("normalize_answer", "42 + \"'.\" x n", lambda n: "42" + "'." * n, old_os.normalize_answer, normalize_answer),
+    )  # fmt: skip
+    for name, shape, make, before, now in cases:
+        for n in (4_000, 16_000, 64_000, 524_280):
+            text = make(n)
+            times = []
+            for fn in (before, now) if n <= 64_000 else (now,):
+                best = math.inf
+                for _ in range(1 if fn is before and n > 16_000 else 5):  # best of 5 (noisy box)
+                    start = time.perf_counter()
+                    out = fn(text)
+                    best = min(best, time.perf_counter() - start)
+                    assert out in ("SELECT 1", "42")
+                times.append(best)
+            old_ms = f"{times[0] * 1e3:.1f}" if len(times) == 2 else "(skipped: quadratic)"
+            rows.append(
+                f"| `{name}` | `{shape}` | {len(text):,} | {old_ms} | {times[-1] * 1e3:.3f} |"
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--before", default="6811e00", help="git revision of the 'before' code")
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    print("# Environment hardening: before / after\n")
+    print(f"Command: `python benchmarks/bench_envs_hardening.py --before {args.before} "
+          f"--rounds {args.rounds}`\n")  # fmt: skip
+    bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"Machine: {platform.machine()}, Linux {platform.release()}, Python "
+          f"{platform.python_version()}, {bwrap}, {os.cpu_count()} CPUs.\n")  # fmt: skip
+    print(f"## `os`: one command in a fresh sandbox ({args.rounds} rounds x {len(COMMANDS)} "
+          "commands, medium seed 3, interleaved)\n")  # fmt: skip
+    print("\n".join(bench_sandbox(args.before, args.rounds)))
+    print("\n## Parsers on adversarial input\n")
+    print("\n".join(bench_parsers(args.before)))
+    print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}.")
+
+
+if __name__ == "__main__":
+    main()
