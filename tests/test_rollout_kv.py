@@ -243,8 +243,10 @@ def test_fast_path_prefills_only_new_tokens(tiny_model_and_tokenizer: tuple[Any,
     assert fast.counts["prefill_tokens"] == prefix_positions + B + B * (1 + max(cont))
     assert old.counts["prefill_tokens"] == B * (n1 + n2)
     assert fast.counts["prefill_tokens"] * 2 < old.counts["prefill_tokens"]
-    # at turn 2 every row had all but its last generated token cached
-    assert fast.counts["cached_tokens"] == sum(p - 1 for p in prompt_len) + B * (n2 - 1 - max(cont))
+    # turn 1: the prompts minus their last token; turn 2: each row's n_i - U first tokens
+    # (all but the last generated one were cached; shorter continuations recompute a few)
+    turn2 = sum(p + k + c - (1 + max(cont)) for p, c in zip(prompt_len, cont, strict=True))
+    assert fast.counts["cached_tokens"] == sum(p - 1 for p in prompt_len) + turn2
 
 
 def test_batch_cache_layout_and_row_views() -> None:
@@ -337,3 +339,28 @@ def test_config_switches() -> None:
         RolloutConfig(reuse_kv="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"rollout\.share_prefix"):
         RolloutConfig(share_prefix=1)  # type: ignore[arg-type]
+
+
+def test_growing_layer_appends_in_place_and_adopts_outside_changes() -> None:
+    """Decoding steps write into the reserved buffer (no reallocation, no copy of the cache);
+    the views always equal the concatenation ``DynamicLayer`` would hold."""
+    from entropace.rollout.kvcache import growing_layer_class
+
+    g = torch.Generator().manual_seed(2)
+    chunks = [torch.randn(2, 3, n, 4, generator=g) for n in (5, 1, 1, 1, 2)]
+    layer = growing_layer_class()(reserve=4)
+    pointers = []
+    for i, chunk in enumerate(chunks):
+        keys, values = layer.update(chunk, -chunk)
+        pointers.append(keys.data_ptr())
+        expected = torch.cat(chunks[: i + 1], dim=-2)
+        assert torch.equal(keys, expected) and torch.equal(values, -expected)
+        assert layer.get_seq_length() == expected.shape[-2]
+    # 5 columns + 4 reserved: the first four updates share one buffer, the fifth (10 > 9) grows
+    assert len(set(pointers[:4])) == 1 and pointers[4] != pointers[0]
+    layer.crop(-3)  # changed from outside (10 -> 7 columns): adopted at the next update
+    keys, _ = layer.update(chunks[1], chunks[1])
+    assert torch.equal(keys, torch.cat([torch.cat(chunks, -2)[:, :, :7], chunks[1]], -2))
+    layer.batch_select_indices(torch.tensor([1]))  # a new tensor: copied into a new buffer
+    keys, _ = layer.update(chunks[2][:1], chunks[2][:1])
+    assert keys.shape == (1, 3, 9, 4) and torch.equal(keys[:, :, 8:], chunks[2][:1])

@@ -243,16 +243,17 @@ class _Engine:
         width = max(lengths)
         cached = [ep.kv.length if ep.kv is not None else 0 for ep in chunk]
         use_cache = self.reuse_kv or any(c > 0 for c in cached)
+        budgets = [self.budget(ep) for ep in chunk]
         cache = None
         if use_cache:
             uncached = max(n - c for n, c in zip(lengths, cached, strict=True))
             keep = [max(0, n - uncached) for n in lengths]
-            cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached)
+            reserve = uncached + max(budgets)  # what generate appends, at most
+            cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached, reserve)
             self.kv_counts["cached_tokens"] += sum(keep)
             self.kv_counts["prefill_tokens"] += len(chunk) * uncached
         else:
             self.kv_counts["prefill_tokens"] += len(chunk) * width
-        budgets = [self.budget(ep) for ep in chunk]
         for ep in chunk:
             ep.kv = None  # the batch cache holds what is needed; free the old views
         new = generate_turn(

@@ -32,12 +32,18 @@ Sources of cached prefixes:
   close the turn and the new observation with its user/assistant headers. Finished episodes
   drop their views, so their rows leave the next batch (and memory).
 
+The batch cache is made of :class:`GrowingLayer` s: ``DynamicLayer`` grows by ``torch.cat``,
+which copies the whole cache of every layer at every decoding step (on CPU each copy is a fresh
+multi-megabyte allocation, page faults included); a growing layer writes each step into room
+reserved for the call (``U + max_new_tokens`` columns).
+
 Only models whose cache is a plain full-attention :class:`DynamicCache` are supported
 (:func:`kv_reuse_support`); sliding-window or linear-attention layers keep the old path.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +72,65 @@ class PrefixKV:
     def nbytes(self) -> int:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size()
                    for k, v in self.layers)  # fmt: skip
+
+
+def _growing_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A full-attention ``DynamicLayer`` that appends into a preallocated buffer.
+
+        ``keys`` / ``values`` are views ``buffer[:, :, :length]`` (``[b, H_kv, length, D]``);
+        ``update`` copies only the new columns, and reallocates (with ``reserve`` spare
+        columns) only when the buffer is full. Anything that replaces ``keys`` from outside
+        (``crop``, ``batch_select_indices``, ...) is adopted at the next ``update``.
+        """
+
+        def __init__(self, reserve: int = 0) -> None:
+            super().__init__()
+            self.reserve = int(reserve)
+            self._buffers: tuple[Tensor, Tensor] | None = None
+
+        @classmethod
+        def from_buffers(cls, keys: Tensor, values: Tensor, length: int) -> Any:
+            layer = cls(0)
+            layer.device = keys.device
+            layer.is_initialized = True
+            layer._buffers = (keys, values)
+            layer.keys, layer.values = keys[:, :, :length], values[:, :, :length]
+            return layer
+
+        def update(
+            self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[Tensor, Tensor]:
+            if not self.is_initialized:
+                self.device = key_states.device
+                self.is_initialized = True
+            buffers = self._buffers
+            adopted = buffers is not None and self.keys is not None and (
+                self.keys.data_ptr() == buffers[0].data_ptr()
+            )  # fmt: skip
+            old = self.keys.shape[-2] if self.keys is not None and self.keys.numel() else 0
+            new = old + key_states.shape[-2]
+            if not adopted or buffers is None or new > buffers[0].shape[-2]:
+                shape = (*key_states.shape[:2], new + self.reserve, key_states.shape[-1])
+                fresh = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if old:
+                    fresh[0][:, :, :old] = self.keys
+                    fresh[1][:, :, :old] = self.values
+                buffers = self._buffers = fresh
+            buffers[0][:, :, old:new] = key_states
+            buffers[1][:, :, old:new] = value_states
+            self.keys, self.values = buffers[0][:, :, :new], buffers[1][:, :, :new]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+@functools.cache
+def growing_layer_class() -> type:
+    """The :class:`GrowingLayer` class (built on first use: transformers is imported lazily)."""
+    return _growing_layer_class()
 
 
 def kv_reuse_support(model: Any) -> str | None:
@@ -175,35 +240,44 @@ def prefill_prefixes(
     return [kv if kv is not None else empty for kv in kvs], positions
 
 
-def batch_cache(prefixes: Sequence[PrefixKV | None], keep: Sequence[int], width: int) -> Any:
+def batch_cache(
+    prefixes: Sequence[PrefixKV | None], keep: Sequence[int], width: int, reserve: int = 0
+) -> Any:
     """A ``DynamicCache`` of ``width`` columns: row ``i`` holds the first ``keep[i]`` cached
     tokens of ``prefixes[i]`` right-aligned (columns ``[width - keep[i], width)``), zeros
     before them (masked by the caller's attention mask).
 
-    Shapes: each layer's keys/values ``[b, H_kv, width, D]``. ``width == 0`` gives an empty
-    cache that ``generate`` fills.
+    Shapes: each layer's keys/values ``[b, H_kv, width, D]``, views of buffers with
+    ``reserve`` more columns (:class:`GrowingLayer`); ``width == 0`` gives an empty cache that
+    ``generate`` fills (its layers reserve ``reserve`` columns beyond the prefill).
     """
     from transformers import DynamicCache
 
+    layer_class = growing_layer_class()
+    cache = DynamicCache()
     if width == 0:
-        return DynamicCache()
+        cache.layer_class_to_replicate = functools.partial(layer_class, reserve)
+        return cache
     template = next((p for p, k in zip(prefixes, keep, strict=True) if k > 0 and p), None)
     if template is None:
         raise ValueError("batch_cache: width > 0 but no row has cached tokens to keep")
-    data: list[tuple[Tensor, Tensor]] = []
+    layers = []
     for layer, (k0, v0) in enumerate(template.layers):
-        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]))
-        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]))
+        keys = k0.new_empty((len(prefixes), k0.shape[0], width + reserve, k0.shape[-1]))
+        values = v0.new_empty((len(prefixes), v0.shape[0], width + reserve, v0.shape[-1]))
+        keys[:, :, :width].zero_()  # masked columns must be finite (0 * -inf would be NaN)
+        values[:, :, :width].zero_()
         for row, (prefix, n) in enumerate(zip(prefixes, keep, strict=True)):
             if n <= 0:
                 continue
             if prefix is None or prefix.length < n:
                 raise ValueError(f"batch_cache: row {row} keeps {n} tokens of a shorter prefix")
             k, v = prefix.layers[layer]
-            keys[row, :, width - n :] = k[:, :n]
-            values[row, :, width - n :] = v[:, :n]
-        data.append((keys, values))
-    return DynamicCache(ddp_cache_data=data)
+            keys[row, :, width - n : width] = k[:, :n]
+            values[row, :, width - n : width] = v[:, :n]
+        layers.append(layer_class.from_buffers(keys, values, width))
+    cache.layers = layers
+    return cache
 
 
 def row_prefixes(cache: Any, starts: Sequence[int], lengths: Sequence[int]) -> list[PrefixKV]:
