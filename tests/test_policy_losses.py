@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import pytest
@@ -9,14 +11,27 @@ import torch
 
 from entropace.algos import (
     POLICY_LOSSES,
+    LossInputs,
     LossOutput,
     clipped_surrogate_loss,
     get_policy_loss,
     register_policy_loss,
 )
 from entropace.algos.aggregation import loss_counts
+from entropace.algos.policy_losses import GSPOLossConfig, PPOLossConfig
 
 NAMES = ["ppo", "gspo", "clip_cov", "kl_cov", "dcpo", "ce_gppo"]
+
+
+INPUT_FIELDS = {"eps_low", "eps_high", "agg", "num_tokens", "num_seqs", "seq_norm", "generator"}
+
+
+def call_loss(name, lp, old, adv, mask, **kw):
+    """Call registered loss ``name``: LossInputs fields from ``kw``, the rest as its options."""
+    spec = get_policy_loss(name)
+    fields = {k: v for k, v in kw.items() if k in INPUT_FIELDS}
+    options = {k: v for k, v in kw.items() if k not in INPUT_FIELDS}
+    return spec(LossInputs(lp, old, adv, mask, **fields), spec.make_config(options))
 
 
 def _inputs(seed: int, B: int = 6, T: int = 8, spread: float = 0.5, per_seq_adv: bool = False):
@@ -41,7 +56,7 @@ def test_registry_names_uniform_call_and_errors() -> None:
     assert set(NAMES) <= set(POLICY_LOSSES)
     lp, old, adv, mask = _inputs(0)
     for name in POLICY_LOSSES:
-        fn = get_policy_loss(name)
+        fn = functools.partial(call_loss, name)
         for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
             out = fn(lp, old, adv, mask, eps_low=0.2, eps_high=0.28, agg=agg, seq_norm=8,
                      num_tokens=None, num_seqs=None)  # fmt: skip
@@ -53,30 +68,45 @@ def test_registry_names_uniform_call_and_errors() -> None:
     with pytest.raises(KeyError, match="unknown policy loss 'grpo'.*ce_gppo.*ppo"):
         get_policy_loss("grpo")
     with pytest.raises(ValueError, match="already registered"):
-        register_policy_loss("ppo")(POLICY_LOSSES["ppo"])
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        get_policy_loss("ppo")(lp, old, adv, mask, beta1=0.5)
+        register_policy_loss("ppo", config=PPOLossConfig, default_bounds=None)(
+            POLICY_LOSSES["ppo"].fn
+        )
+    with pytest.raises(ValueError, match=r"'ppo': unknown option\(s\) \['beta1'\]"):
+        call_loss("ppo", lp, old, adv, mask, beta1=0.5)
+    with pytest.raises(TypeError, match="takes a PPOLossConfig; got GSPOLossConfig"):
+        get_policy_loss("ppo")(LossInputs(lp, old, adv, mask), GSPOLossConfig())
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReinforceConfig:
+    scale: float = 1.0
 
 
 def test_register_custom_loss() -> None:
-    @register_policy_loss("_test_reinforce")
-    def reinforce(logprobs, old_logprobs, advantages, mask, *, eps_low=None, eps_high=None,
-                  agg="token-mean", num_tokens=None, num_seqs=None, seq_norm=None):  # fmt: skip
-        loss = -(advantages * logprobs * mask).sum() / mask.sum()
-        return LossOutput(loss=loss, metrics={})
+    @register_policy_loss("_test_reinforce", config=_ReinforceConfig, default_bounds=None)
+    def reinforce(inputs: LossInputs, cfg: _ReinforceConfig) -> LossOutput:
+        mask = inputs.mask
+        loss = -(inputs.advantages[:, None] * inputs.logprobs * mask).sum() / mask.sum()
+        return LossOutput(loss=cfg.scale * loss, metrics={})
 
     try:
-        assert get_policy_loss("_test_reinforce") is reinforce
+        spec = get_policy_loss("_test_reinforce")
+        assert spec.fn is reinforce and spec.default_bounds is None and spec.advantage_weighted
+        lp, old, _, mask = _inputs(0)
+        adv = torch.ones(lp.shape[0], dtype=torch.float64)
+        out = spec(LossInputs(lp, old, adv, mask), spec.make_config({"scale": 2.0}))
+        expected = -2.0 * float((lp.detach() * mask).sum() / mask.sum())
+        assert float(out.loss.detach()) == pytest.approx(expected)
     finally:
         del POLICY_LOSSES["_test_reinforce"]
 
 
 def test_ppo_is_the_clipped_surrogate_with_defaults() -> None:
     lp, old, adv, mask = _inputs(1)
-    a = get_policy_loss("ppo")(lp, old, adv, mask)
+    a = call_loss("ppo", lp, old, adv, mask)
     b = clipped_surrogate_loss(lp, old, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip=3.0)
     assert torch.equal(a.loss, b.loss)
-    c = get_policy_loss("ppo")(lp, old, adv, mask, eps_low=0.2, eps_high=0.28, dual_clip=None)
+    c = call_loss("ppo", lp, old, adv, mask, eps_low=0.2, eps_high=0.28, dual_clip=None)
     d = clipped_surrogate_loss(lp, old, adv, mask, eps_low=0.2, eps_high=0.28, dual_clip=None)
     assert torch.equal(c.loss, d.loss)
 
@@ -85,7 +115,7 @@ def test_ppo_is_the_clipped_surrogate_with_defaults() -> None:
 def test_gspo_matches_sequence_level_reference(eps_low, eps_high, spread) -> None:
     lp, old, adv, mask = _inputs(2, spread=spread, per_seq_adv=True)
     lo, hi = (3e-4, 4e-4) if eps_low is None else (eps_low, eps_high)
-    out = get_policy_loss("gspo")(lp, old, adv, mask, eps_low=eps_low, eps_high=eps_high,
+    out = call_loss("gspo", lp, old, adv, mask, eps_low=eps_low, eps_high=eps_high,
                                   agg="seq-mean-token-mean")  # fmt: skip
     (grad,) = torch.autograd.grad(out.loss, lp)
     # reference: s_i = exp(mean_t log r_t), L_i = max(-A s, -A clip(s)), mean over sequences
@@ -111,7 +141,7 @@ def test_gspo_default_bounds_hand_value() -> None:
     # one sequence, mean log r = log(1.001), A = 1: clipped at 1 + 4e-4
     lp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     old = -torch.log(torch.tensor([[1.001, 1.001]], dtype=torch.float64))
-    out = get_policy_loss("gspo")(lp, old, torch.ones(1, dtype=torch.float64), torch.ones(1, 2))
+    out = call_loss("gspo", lp, old, torch.ones(1, dtype=torch.float64), torch.ones(1, 2))
     assert math.isclose(out.loss.item(), -1.0004, rel_tol=1e-12)
     assert float(out.metrics["clip_frac_high"]) == 1.0
 
@@ -132,7 +162,7 @@ def _dcpo_ref(r: float, q: float, a: float, el: float, eh: float) -> tuple[float
 
 def test_dcpo_matches_loop_reference() -> None:
     lp, old, adv, mask = _inputs(3, spread=1.0)
-    out = get_policy_loss("dcpo")(lp, old, adv, mask)
+    out = call_loss("dcpo", lp, old, adv, mask)
     (grad,) = torch.autograd.grad(out.loss, lp)
     cells = _masked_cells(mask)
     n = len(cells)
@@ -154,14 +184,14 @@ def test_dcpo_upper_bound_capped_at_r_max() -> None:
     # q = 1e-4: 0.5 + 0.5 sqrt(1 + 8000) > 10, so r = 30 with A = 1 is clipped at 10
     lp = torch.log(torch.tensor([[3e-3]], dtype=torch.float64)).requires_grad_(True)
     old = torch.log(torch.tensor([[1e-4]], dtype=torch.float64))
-    out = get_policy_loss("dcpo")(lp, old, torch.ones(1, dtype=torch.float64), torch.ones(1, 1))
+    out = call_loss("dcpo", lp, old, torch.ones(1, dtype=torch.float64), torch.ones(1, 1))
     assert math.isclose(out.loss.item(), -10.0, rel_tol=1e-12)
 
 
 def test_ce_gppo_values_and_gradients_outside_clip_range() -> None:
     beta1, beta2, eps = 0.6, 0.9, 0.2
     lp, old, adv, mask = _inputs(4, spread=0.6)
-    out = get_policy_loss("ce_gppo")(lp, old, adv, mask, beta1=beta1, beta2=beta2)
+    out = call_loss("ce_gppo", lp, old, adv, mask, beta1=beta1, beta2=beta2)
     (grad,) = torch.autograd.grad(out.loss, lp)
     cells = _masked_cells(mask)
     n = len(cells)
@@ -193,7 +223,7 @@ def _cov_ref(lp: torch.Tensor, adv: torch.Tensor, cells: list[tuple[int, int]]) 
 def test_kl_cov_matches_loop_reference() -> None:
     lp, old, adv, mask = _inputs(5, B=8, T=10)
     kl_ratio, coef = 0.05, 0.7
-    out = get_policy_loss("kl_cov")(lp, old, adv, mask, kl_ratio=kl_ratio, kl_coef=coef)
+    out = call_loss("kl_cov", lp, old, adv, mask, kl_ratio=kl_ratio, kl_coef=coef)
     (grad,) = torch.autograd.grad(out.loss, lp)
     cells = _masked_cells(mask)
     n = len(cells)
@@ -232,7 +262,7 @@ def _clip_cov_setup():
 def test_clip_cov_drops_all_eligible_when_ratio_large() -> None:
     lp, old, adv, mask, cells, eligible = _clip_cov_setup()
     assert len(eligible) >= 4
-    out = get_policy_loss("clip_cov")(lp, old, adv, mask, clip_ratio=1.0)
+    out = call_loss("clip_cov", lp, old, adv, mask, clip_ratio=1.0)
     (grad,) = torch.autograd.grad(out.loss, lp)
     n = len(cells)
     total = 0.0
@@ -251,14 +281,14 @@ def test_clip_cov_random_subset_is_deterministic_per_generator() -> None:
     lp, old, adv, mask, cells, eligible = _clip_cov_setup()
     n = len(cells)
     clip_ratio = 2.5 / n  # k = 2 < |eligible|
-    fn = get_policy_loss("clip_cov")
+    fn = functools.partial(call_loss, "clip_cov")
     dropped_sets = []
     for seed in (0, 0, 1, 2, 3):
         out = fn(
             lp, old, adv, mask, clip_ratio=clip_ratio, generator=torch.Generator().manual_seed(seed)
         )
         (grad,) = torch.autograd.grad(out.loss, lp)
-        base = fn(lp, old, adv, mask, clip_ratio=1e-9, cov_lower=1e9)  # nothing eligible
+        base = fn(lp, old, adv, mask, clip_ratio=1e-9, cov_lower=1e9, cov_upper=1e9)  # none
         (base_grad,) = torch.autograd.grad(base.loss, lp)
         assert torch.equal(out.loss, base.loss)  # values kept, only gradients dropped
         dropped = {c for c in cells if grad[c] == 0 and base_grad[c] != 0}
@@ -272,7 +302,7 @@ def test_clip_cov_random_subset_is_deterministic_per_generator() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_masked_tokens_change_nothing(name: str) -> None:
     lp, old, adv, mask = _inputs(7)
-    fn = get_policy_loss(name)
+    fn = functools.partial(call_loss, name)
     kw = {"agg": "seq-mean-token-mean"}
     gen = {"generator": torch.Generator().manual_seed(0)} if name == "clip_cov" else {}
     out = fn(lp, old, adv, mask, **kw, **gen)
@@ -297,7 +327,7 @@ def test_masked_tokens_change_nothing(name: str) -> None:
 def test_micro_batch_invariance(name: str, agg: str) -> None:
     # (clip_cov / kl_cov compute their covariance over the tokens passed: not invariant by design)
     lp, old, adv, mask = _inputs(8, B=9, spread=1.0)
-    fn = get_policy_loss(name)
+    fn = functools.partial(call_loss, name)
     num_tokens, num_seqs = loss_counts(mask)
     kw = {"eps_low": 0.1, "eps_high": 0.15, "agg": agg, "seq_norm": 8}
     full = fn(lp, old, adv, mask, **kw)
@@ -323,7 +353,7 @@ def test_no_host_sync(name: str) -> None:
     mask = torch.ones(B, T, device="meta")
     num_tokens, num_seqs = loss_counts(mask)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-        out = get_policy_loss(name)(
+        out = call_loss(name, 
             lp, torch.randn(B, T, device="meta"), torch.randn(B, device="meta"), mask,
             eps_low=torch.full((B, 1), 0.2, device="meta"), eps_high=0.28, agg=agg, seq_norm=T,
             num_tokens=num_tokens, num_seqs=num_seqs,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import entropace.algos as algos
-from entropace.algos.policy_losses import POLICY_LOSSES, register_policy_loss
+from entropace.algos.policy_losses import POLICY_LOSSES, PPOLossConfig, register_policy_loss
 from entropace.control import EntropyPacer, PolarityController
 from entropace.rollout import RolloutBatch, sequence_token_stats
 from entropace.train.algorithms import RECIPES
@@ -24,9 +24,8 @@ from entropace.train.trainer import WarmupSchedule, build_learner
 from entropace.train.update import (
     MiniBatch,
     accumulate_gradients,
+    batch_signals,
     polarity_masses,
-    rollout_metrics,
-    step_signals,
     token_advantages,
     update_step,
 )
@@ -81,11 +80,14 @@ def make_batch(model, rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 0.0), seed: int = 0) -> 
 
 
 def as_minibatch(batch: RolloutBatch, adv: torch.Tensor, eps=(0.2, 0.2)) -> MiniBatch:
+    """Every trajectory with bounds ``eps``; ``(None, None)``: the loss's default bounds."""
     B = batch.size
+    lo, hi = (None, None) if eps[0] is None else (torch.full((B, 1), eps[0]),
+                                                   torch.full((B, 1), eps[1]))  # fmt: skip
     return MiniBatch(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask,
         loss_mask=batch.loss_mask, old_logprobs=batch.old_logprobs, advantages=adv,
-        eps_low=torch.full((B, 1), eps[0]), eps_high=torch.full((B, 1), eps[1]),
+        eps_low=lo, eps_high=hi,
         task_ids=batch.task_ids,
     )  # fmt: skip
 
@@ -99,8 +101,7 @@ def grads(model) -> torch.Tensor:
 
 def test_step_signals_and_rollout_metrics_match_loops(tiny) -> None:
     batch = make_batch(tiny)
-    sig = step_signals(batch)
-    m = rollout_metrics(batch)
+    sig, m = batch_signals(batch)
     for k, name in enumerate("ab"):
         rows = [i for i in range(6) if batch.task_ids[i] == k]
         ent = [float(batch.entropy[i, t]) for i in rows for t in range(24) if batch.loss_mask[i, t]]
@@ -121,8 +122,9 @@ def test_step_signals_and_rollout_metrics_match_loops(tiny) -> None:
 
 def test_absent_task_has_no_metrics(tiny) -> None:
     batch = make_batch(tiny).select(torch.tensor([0, 1, 2]))  # task b absent
-    assert "b" not in step_signals(batch).task_entropy
-    assert not any(k.startswith("task/b/") for k in rollout_metrics(batch))
+    sig, metrics = batch_signals(batch)
+    assert "b" not in sig.task_entropy and "b" not in sig.task_success
+    assert not any(k.startswith("task/b/") for k in metrics)
 
 
 # ------------------------------------------------------------------------- advantages
@@ -188,7 +190,7 @@ def test_gradient_accumulation_leaves_loss_and_gradient_unchanged(tiny, agg) -> 
     for out, g_micro in results[1:]:
         assert float(out["loss"]) == pytest.approx(float(full["loss"]), rel=1e-5, abs=1e-7)
         torch.testing.assert_close(g_micro, g_full, rtol=1e-4, atol=1e-6)
-        for key in ("clip_low", "clip_high", "tokens"):
+        for key in ("flag/clip_frac_low", "flag/clip_frac_high", "flag/dual_clip_frac", "tokens"):
             assert out[key].tolist() == full[key].tolist()
     assert float(full["tokens"].sum()) == float(batch.loss_mask.sum())
 
@@ -234,8 +236,48 @@ def test_per_task_clip_counts_use_each_tasks_bounds(tiny) -> None:
     m = batch.loss_mask > 0
     high = [int((m[i] & even).sum()) if i % 2 == 0 and i < 3 else 0 for i in range(6)]
     low = [int((m[i] & ~even).sum()) if i % 2 == 1 and i < 3 else 0 for i in range(6)]
-    assert out["clip_high"].tolist() == [sum(high[:3]), 0.0]
-    assert out["clip_low"].tolist() == [sum(low[:3]), 0.0]
+    assert out["flag/clip_frac_high"].tolist() == [sum(high[:3]), 0.0]
+    assert out["flag/clip_frac_low"].tolist() == [sum(low[:3]), 0.0]
+
+
+@pytest.mark.parametrize("name", ["dcpo", "gspo", "kl_cov"])
+def test_clip_fractions_are_the_losses_own(tiny, name) -> None:
+    """The logged clip fractions are where the loss's own clip binds: DCPO's probability-
+    dependent bounds, GSPO's sequence ratio; KL-Cov has no clip and logs none (a recount at
+    1 +- eps would report clipping that never happened)."""
+    batch = make_batch(tiny)
+    g = torch.Generator().manual_seed(5)
+    lp = sequence_token_stats(tiny, batch.input_ids, batch.attention_mask,
+                              temperature=TEMPERATURE).logprob.double()  # fmt: skip
+    batch.old_logprobs = ((lp + 0.4 * torch.randn(6, 24, generator=g, dtype=torch.float64))
+                          .clamp(max=-1e-3) * batch.loss_mask).float()  # fmt: skip
+    adv, _ = token_advantages(batch, make_cfg())
+    cfg = make_cfg(f"algo={name}", "ppo.micro_batch_size=2")
+    metrics_cfg = build_learner(cfg, copy.deepcopy(tiny))
+    out = accumulate_gradients(metrics_cfg, as_minibatch(batch, adv, eps=(None, None)))
+    m = batch.loss_mask > 0
+    old = batch.old_logprobs.double()
+    log_r = (lp - old).clamp(-20, 20)
+    if name == "kl_cov":
+        assert not any(k.startswith("flag/clip") for k in out)
+        return
+    if name == "dcpo":
+        q = torch.exp(old)
+        lower = 0.5 + 0.5 * torch.sqrt(torch.clamp(1 - 4 * 0.16 / q, min=0))
+        upper = torch.clamp(0.5 + 0.5 * torch.sqrt(1 + 4 * 0.2 / q), max=10.0)
+        ratio = torch.exp(log_r)
+    else:  # gspo: the sequence's geometric-mean ratio on every token
+        seq = (log_r * m).sum(1) / m.sum(1).clamp_min(1)
+        ratio = torch.exp(seq)[:, None].expand(6, 24)
+        lower, upper = 1 - 3e-4, 1 + 4e-4
+    low = m & (adv < 0) & (ratio < lower)
+    high = m & (adv > 0) & (ratio > upper)
+    per_task = [[int(x[batch.task_ids == k].sum()) for k in range(2)] for x in (low, high)]
+    assert out["flag/clip_frac_low"].tolist() == per_task[0]
+    assert out["flag/clip_frac_high"].tolist() == per_task[1]
+    assert sum(per_task[0]) + sum(per_task[1]) > 0  # the case is not vacuous
+    plain = (m & (adv < 0) & (torch.exp(log_r) < 0.8)) | (m & (adv > 0) & (torch.exp(log_r) > 1.2))
+    assert int(plain.sum()) != sum(per_task[0]) + sum(per_task[1])  # 1 +- 0.2 would differ
 
 
 # ------------------------------------------------------------------------- the whole step
@@ -263,10 +305,11 @@ def spy_loss(calls: list[dict], *, nan_calls: tuple[int, ...] = ()):
     """Register a policy loss that records its inputs and wraps ``ppo`` (NaN on given calls)."""
     name = f"spy-{len(POLICY_LOSSES)}-{id(calls)}"
 
-    @register_policy_loss(name)
-    def fn(logprobs, old_logprobs, advantages, mask, **kwargs):
-        calls.append({"advantages": advantages.detach().clone(), **kwargs})
-        out = POLICY_LOSSES["ppo"](logprobs, old_logprobs, advantages, mask, **kwargs)
+    @register_policy_loss(name, config=PPOLossConfig, default_bounds=(0.2, 0.2))
+    def fn(inputs: algos.LossInputs, cfg: PPOLossConfig):
+        calls.append({"advantages": inputs.advantages.detach().clone(),
+                      "eps_low": inputs.eps_low, "eps_high": inputs.eps_high})  # fmt: skip
+        out = POLICY_LOSSES["ppo"](inputs, cfg)
         if len(calls) - 1 in nan_calls:
             out.loss = out.loss * float("nan")
         return out
@@ -290,7 +333,7 @@ def test_controllers_act_before_the_update_with_this_steps_statistics(tiny) -> N
     # the same controllers fed the same statistics, independently
     pacer, pol = EntropyPacer(), PolarityController()
     for b in (batch, batch2):
-        sig = step_signals(b)
+        sig, _ = batch_signals(b)
         pacer.update(sig.task_entropy)
         w_plus, w_minus = pol.update(float((b.entropy * b.loss_mask).sum() / b.loss_mask.sum()))
     bounds = pacer.bounds()
@@ -345,8 +388,7 @@ def test_no_checkpoint_with_nan_weights(tiny, tmp_path) -> None:
     with torch.no_grad():
         next(model.parameters())[0, 0] = float("nan")
     with pytest.raises(NonFiniteCheckpointError, match="non-finite"):
-        save_checkpoint(tmp_path, 1, model=model, optimizer=learner.optimizer,
-                        scheduler=learner.scheduler, state={})  # fmt: skip
+        save_checkpoint(tmp_path, 1, model=model, optimizer=learner.optimizer, state={})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -412,19 +454,19 @@ def test_warmup_schedule_values() -> None:
     assert WarmupSchedule(2, 10, "constant")(9) == 1.0
 
 
-def test_zero_advantage_shortcut_equals_the_full_passes(tiny, monkeypatch) -> None:
+def test_zero_advantage_shortcut_equals_the_full_passes(tiny) -> None:
     """All advantages 0 (every group's rewards equal): the shortcut's zero-gradient optimiser
     steps leave the model, optimiser and metrics exactly as the full forward/backward passes."""
-    import entropace.train.update as update_mod
+    import dataclasses
 
     first, flat = make_batch(tiny), make_batch(tiny, rewards=(1.0, 1.0, 1.0, 0.0, 0.0, 0.0))
     results = []
     for shortcut in (True, False):
-        if not shortcut:
-            monkeypatch.setattr(update_mod, "A_WEIGHTED_LOSSES", frozenset())
         model = copy.deepcopy(tiny)
         cfg = make_cfg("algo=eppo", "ppo.num_minibatches=2", "optim.weight_decay=0.1")
         learner = build_learner(cfg, model)
+        if not shortcut:  # declare the loss not A-weighted: the passes run
+            learner.loss = dataclasses.replace(learner.loss, advantage_weighted=False)
         gen = torch.Generator().manual_seed(0)
         update_step(learner, first, generator=gen)  # builds AdamW momentum
         metrics = update_step(learner, flat, generator=gen)

@@ -5,8 +5,11 @@ plug-in, calls these; their names are the public API.
 """
 
 from entropace.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
     dr_grpo_advantages,
+    get_advantage,
     grpo_advantages,
+    register_advantage,
     rloo_advantages,
     task_normalize_advantages,
 )
@@ -32,7 +35,8 @@ from entropace.algos.polarity import (
 )
 from entropace.algos.policy_losses import (
     POLICY_LOSSES,
-    PolicyLossFn,
+    LossInputs,
+    PolicyLoss,
     dcpo_bounds,
     get_policy_loss,
     register_policy_loss,
@@ -47,10 +51,12 @@ from entropace.algos.token_stats import (
 )
 
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
     "AGG_MODES",
+    "LossInputs",
     "LossOutput",
     "POLICY_LOSSES",
-    "PolicyLossFn",
+    "PolicyLoss",
     "TokenStats",
     "aggregate_loss",
     "check_mask",
@@ -59,6 +65,7 @@ __all__ = [
     "dr_grpo_advantages",
     "dynamic_sampling_mask",
     "entropy_polarity",
+    "get_advantage",
     "get_policy_loss",
     "grpo_advantages",
     "hidden_token_stats",
@@ -66,6 +73,7 @@ __all__ = [
     "loss_counts",
     "overlong_penalty",
     "polarity_reweight",
+    "register_advantage",
     "register_policy_loss",
     "rloo_advantages",
     "task_normalize_advantages",

@@ -14,15 +14,53 @@ Formulas (ALGORITHMS.md section 1; ``g`` the group of trajectory ``i``, ``n_g`` 
 In all three a singleton group and a group whose rewards are all equal give exactly 0.
 
 Rewards are checked for NaN/inf (one cheap host sync per call; these run once per step).
+
+The three estimators are registered by name (:data:`ADVANTAGE_ESTIMATORS`,
+:func:`get_advantage`), each ``fn(rewards [B], group_ids [B]) -> advantages [B]``; add one with
+``@register_advantage("name")``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
+AdvantageFn = Callable[[Tensor, Tensor], Tensor]
+
+#: ``name -> fn(rewards [B], group_ids [B]) -> advantages [B]``.
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding an estimator ``fn(rewards, group_ids) -> [B]`` under ``name``."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    """The estimator ``name``; ``KeyError`` listing the known names otherwise."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
+        ) from None
+
+
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageFn",
     "check_rewards",
+    "get_advantage",
+    "register_advantage",
     "group_stats",
     "dr_grpo_advantages",
     "grpo_advantages",
@@ -73,6 +111,7 @@ def group_stats(values: Tensor, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Te
     return count[inv], mean[inv], var[inv], (gmax == gmin)[inv]
 
 
+@register_advantage("grpo")
 def grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
     """GRPO group-normalised advantages ``(R_i - mean_g) / (std_g + eps)`` (arXiv 2402.03300).
 
@@ -93,6 +132,7 @@ def grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) ->
     return torch.where(equal, torch.zeros_like(adv), adv).to(_out_dtype(rewards))
 
 
+@register_advantage("dr_grpo")
 def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Dr.GRPO advantages ``R_i - mean_g`` (no std division; arXiv 2503.20783).
 
@@ -104,6 +144,7 @@ def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(equal, torch.zeros_like(adv), adv).to(_out_dtype(rewards))
 
 
+@register_advantage("rloo")
 def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """RLOO leave-one-out advantages ``R_i - mean_{j != i} R_j`` (arXiv 2402.14740).
 

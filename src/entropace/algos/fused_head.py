@@ -186,10 +186,18 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
         # Matmuls in a low-precision dtype read and write this copy of the tile.
         low_buf = torch.empty(rows, block, dtype=mm_dtype, device=dev) if mm_dtype != cdt else None
         wb_buf = torch.empty(block, d, dtype=cdt, device=dev) if weight.dtype != mm_dtype else None
-        # Weight gradients of several token chunks, or of an up-cast weight, are summed in float32.
+        # Weight gradients of several token chunks, or of an up-cast weight, are summed in float32
+        # (one token chunk in the weight's dtype: its block of dW is written directly).
         gw_acc = (
             torch.empty(block, d, dtype=cdt, device=dev)
-            if need_w and (n_rows > rows or weight.dtype != cdt)
+            if need_w and (n_rows > rows or weight.dtype != mm_dtype)
+            else None
+        )
+        # Low-precision matmul outputs, before they are added to the float32 accumulators.
+        low_h = torch.empty(rows, d, dtype=mm_dtype, device=dev) if low_buf is not None else None
+        low_w = (
+            torch.empty(block, d, dtype=mm_dtype, device=dev)
+            if low_buf is not None and gw_acc is not None
             else None
         )
         inv_t = 1.0 / temperature
@@ -225,7 +233,7 @@ class _HiddenTokenStatsFn(torch.autograd.Function):
                 g.scatter_add_(1, idx.clamp(0, k - 1)[:, None], (a[sl] * inside)[:, None])
                 if low_buf is not None:
                     g_mm.copy_(g)  # rounded to the input dtype, as a plain head's logit grad
-                _accumulate(g_mm, wb, h_mm[sl], grad_h, sl, grad_w, gw_acc, v0, v1)
+                _accumulate(g_mm, wb, h_mm[sl], grad_h, sl, grad_w, gw_acc, v0, v1, low_h, low_w)
                 if grad_b is not None:
                     grad_b[v0:v1] += g.sum(0)
             if grad_w is not None and gw_acc is not None:
@@ -274,26 +282,29 @@ def _accumulate(
     gw_acc: Tensor | None,
     v0: int,
     v1: int,
+    low_h: Tensor | None,
+    low_w: Tensor | None,
 ) -> None:
     """Add one tile's contributions: ``grad_h[sl] += G W_block``, ``dW_block (+)= G^T h``.
 
-    ``g``, ``wb``, ``h`` share the matmul dtype; ``grad_h`` and ``gw_acc`` are float32 (float64)
-    accumulators; without ``gw_acc`` the block of ``grad_w`` is written directly (one token
-    chunk, weight in the compute dtype)."""
-    same = g.dtype == (grad_h.dtype if grad_h is not None else g.dtype)
+    ``g`` (``[n, k]``), ``wb`` (``[k, d]``), ``h`` (``[n, d]``) share the matmul dtype;
+    ``grad_h`` and ``gw_acc`` are float32 (float64) accumulators; without ``gw_acc`` the block
+    of ``grad_w`` is written directly. ``low_h`` / ``low_w``: buffers for low-precision matmul
+    outputs (``None`` when the matmuls run in the accumulators' dtype)."""
+    n, k = g.shape
     if grad_h is not None:
-        if same:
+        if low_h is None:
             grad_h[sl].addmm_(g, wb)
         else:
-            grad_h[sl] += torch.mm(g, wb)
+            grad_h[sl] += torch.mm(g, wb, out=low_h[:n])
     if grad_w is None:
         return
     if gw_acc is None:
         torch.mm(g.t(), h, out=grad_w[v0:v1])
-    elif g.dtype == gw_acc.dtype:
-        gw_acc[: v1 - v0].addmm_(g.t(), h)
+    elif low_w is None:
+        gw_acc[:k].addmm_(g.t(), h)
     else:
-        gw_acc[: v1 - v0] += torch.mm(g.t(), h)
+        gw_acc[:k] += torch.mm(g.t(), h, out=low_w[:k])
 
 
 def _grads_out(

@@ -5,11 +5,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from entropace.algos.surrogate import LOG_RATIO_CLAMP
+
 __all__ = ["kl_k3"]
 
 
 def kl_k3(
-    logprobs: Tensor, ref_logprobs: Tensor, *, max_log_ratio: float = 20.0, max_kl: float = 10.0
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    *,
+    max_log_ratio: float = LOG_RATIO_CLAMP,
+    max_kl: float = 10.0,
 ) -> Tensor:
     """Schulman's k3 estimator of ``KL(pi || pi_ref)`` per sampled token (tokens drawn from pi).
 

@@ -1,20 +1,24 @@
-"""Registry of policy losses with one uniform signature (verl ``core_algos`` style).
+"""Registry of policy losses: typed inputs, one validated config per loss (prime-rl's shape).
 
-Every registered loss is called as::
+Every registered loss is a :class:`PolicyLoss` entry, called as::
 
-    fn(logprobs, old_logprobs, advantages, mask, *, eps_low=None, eps_high=None,
-       agg="token-mean", num_tokens=None, num_seqs=None, seq_norm=None, **options) -> LossOutput
+    spec = get_policy_loss("ppo")
+    out = spec(LossInputs(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28,
+                          agg="token-mean"), spec.make_config({"dual_clip": 3.0}))
 
-- ``logprobs`` / ``old_logprobs`` / ``mask``: ``[B, T]``; ``advantages``: ``[B]`` or ``[B, T]``.
-- ``eps_low`` / ``eps_high``: floats or tensors broadcastable to ``[B, T]``; None means that
-  loss's own default (table of BASELINES.md). A value passed by the caller is always used as is.
-- ``agg``, ``num_tokens``, ``num_seqs``, ``seq_norm``: see :func:`entropace.algos.aggregate_loss`.
-- ``options``: the loss's own hyperparameters (keyword-only, with the defaults listed below); an
-  unknown option raises ``TypeError``.
+- :class:`LossInputs` holds the per-token tensors (``[B, T]``; advantages ``[B]`` or ``[B, T]``),
+  the clip bounds (floats or tensors broadcastable to ``[B, T]``: per task, per trajectory or
+  per token; ``None`` means the loss's :attr:`PolicyLoss.default_bounds`), the aggregation
+  (:func:`entropace.algos.aggregate_loss`) and an optional random generator.
+- Each loss has its own frozen config dataclass (``spec.config_cls``) whose ``__post_init__``
+  validates the options, so a trainer can check ``loss_options`` when its config loads.
+- The entry declares what a caller needs to know about the loss: its default bounds (``None``
+  for a loss without a clip), whether zero advantages give exactly zero loss and gradient
+  (``advantage_weighted``), whether it draws random numbers (``uses_generator``).
 
 Registered names: ``ppo`` (GRPO, Dr.GRPO, DAPO, RLOO, BAPO, EPPO all use it, with their own
-bounds/aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo``. Add one with
-``@register_policy_loss("name")``.
+bounds / aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo``; add one with
+``@register_policy_loss("name", config=MyConfig, default_bounds=(0.2, 0.2))``.
 
 No loss checks for NaN/inf (a host sync per call): the trainer checks the loss once per step and
 skips non-finite steps. Masked-out positions never influence the loss or the gradients.
@@ -22,8 +26,10 @@ skips non-finite steps. Masked-out positions never influence the loss or the gra
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -44,45 +50,145 @@ from entropace.algos.surrogate import (
     prepare_token_inputs,
 )
 
-__all__ = ["POLICY_LOSSES", "PolicyLossFn", "get_policy_loss", "register_policy_loss"]
+__all__ = [
+    "POLICY_LOSSES",
+    "CEGPPOLossConfig",
+    "ClipCovLossConfig",
+    "DCPOLossConfig",
+    "GSPOLossConfig",
+    "KLCovLossConfig",
+    "LossInputs",
+    "PPOLossConfig",
+    "PolicyLoss",
+    "dcpo_bounds",
+    "get_policy_loss",
+    "register_policy_loss",
+]
 
 
-class PolicyLossFn(Protocol):
-    """The uniform signature of a registered policy loss (see the module docstring)."""
+@dataclass(frozen=True)
+class LossInputs:
+    """What every policy loss consumes.
 
-    def __call__(
-        self,
-        logprobs: Tensor,
-        old_logprobs: Tensor,
-        advantages: Tensor,
-        mask: Tensor,
-        *,
-        eps_low: Bound | None = None,
-        eps_high: Bound | None = None,
-        agg: str = "token-mean",
-        num_tokens: Count | None = None,
-        num_seqs: Count | None = None,
-        seq_norm: Count | None = None,
-        **options: Any,
-    ) -> LossOutput: ...
+    Attributes:
+        logprobs: ``[B, T]`` ``log pi(y_t)`` under the current policy (differentiable).
+        old_logprobs: ``[B, T]`` ``log pi_old(y_t)`` of the sampling policy.
+        advantages: ``[B]`` (one per trajectory) or ``[B, T]``.
+        mask: ``[B, T]`` 0/1 loss mask (bool or float).
+        eps_low, eps_high: ratio bounds ``[1 - eps_low, 1 + eps_high]``: floats or tensors
+            broadcastable to ``[B, T]`` (0-dim, ``[B, 1]`` per trajectory / task, ``[B, T]``
+            per token). ``None``: the loss's default bounds. Ignored by losses without a clip.
+        agg, num_tokens, num_seqs, seq_norm: see :func:`entropace.algos.aggregate_loss`; pass the
+            global counts of a mini-batch when accumulating over micro-batches.
+        generator: random source of losses with ``uses_generator`` (Clip-Cov's token pick).
+    """
+
+    logprobs: Tensor
+    old_logprobs: Tensor
+    advantages: Tensor
+    mask: Tensor
+    eps_low: Bound | None = None
+    eps_high: Bound | None = None
+    agg: str = "token-mean"
+    num_tokens: Count | None = None
+    num_seqs: Count | None = None
+    seq_norm: Count | None = None
+    generator: torch.Generator | None = None
+
+    def aggregation(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`entropace.algos.surrogate.finish_loss`."""
+        return {
+            "agg": self.agg,
+            "num_tokens": self.num_tokens,
+            "num_seqs": self.num_seqs,
+            "seq_norm": self.seq_norm,
+        }
 
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+LossFn = Callable[[LossInputs, Any], LossOutput]
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator adding a loss with the uniform signature to :data:`POLICY_LOSSES`."""
+@dataclass(frozen=True)
+class PolicyLoss:
+    """One registered policy loss.
 
-    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+    Attributes:
+        name: registry key.
+        fn: ``fn(inputs, config) -> LossOutput``; ``inputs`` has its bounds filled in.
+        config_cls: the loss's frozen config dataclass (validates in ``__post_init__``).
+        default_bounds: ``(eps_low, eps_high)`` when ``LossInputs`` gives none; ``None`` for a
+            loss without a clip (its bounds are ignored).
+        advantage_weighted: every loss term is a multiple of ``A_t``, so all-zero advantages
+            give exactly zero loss and gradient (a trainer may skip the passes).
+        uses_generator: the loss draws random numbers from ``LossInputs.generator``.
+    """
+
+    name: str
+    fn: LossFn
+    config_cls: type
+    default_bounds: tuple[float, float] | None
+    advantage_weighted: bool = True
+    uses_generator: bool = False
+
+    def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
+        """The validated config from plain options; ``ValueError`` naming the bad option."""
+        options = dict(options or {})
+        fields = [f.name for f in dataclasses.fields(self.config_cls)]
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"policy loss {self.name!r}: unknown option(s) {unknown}; allowed: {fields}"
+            )
+        try:
+            return self.config_cls(**options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"policy loss {self.name!r}: {exc}") from None
+
+    def __call__(self, inputs: LossInputs, config: Any | None = None) -> LossOutput:
+        """Compute the loss; ``config`` defaults to ``config_cls()``."""
+        cfg = self.config_cls() if config is None else config
+        if not isinstance(cfg, self.config_cls):
+            raise TypeError(
+                f"policy loss {self.name!r} takes a {self.config_cls.__name__}; "
+                f"got {type(cfg).__name__}"
+            )
+        if self.default_bounds is not None and (inputs.eps_low is None or inputs.eps_high is None):
+            lo, hi = self.default_bounds
+            inputs = dataclasses.replace(
+                inputs,
+                eps_low=lo if inputs.eps_low is None else inputs.eps_low,
+                eps_high=hi if inputs.eps_high is None else inputs.eps_high,
+            )
+        return self.fn(inputs, cfg)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(
+    name: str,
+    *,
+    config: type,
+    default_bounds: tuple[float, float] | None,
+    advantage_weighted: bool = True,
+    uses_generator: bool = False,
+) -> Callable[[LossFn], LossFn]:
+    """Decorator adding ``fn(inputs, config) -> LossOutput`` to :data:`POLICY_LOSSES`."""
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"policy loss {name!r}: config must be a dataclass, got {config!r}")
+
+    def decorator(fn: LossFn) -> LossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
+        POLICY_LOSSES[name] = PolicyLoss(
+            name, fn, config, default_bounds, advantage_weighted, uses_generator
+        )
         return fn
 
     return decorator
 
 
-def get_policy_loss(name: str) -> PolicyLossFn:
+def get_policy_loss(name: str) -> PolicyLoss:
     """The registered loss ``name``; ``KeyError`` listing the known names otherwise."""
     try:
         return POLICY_LOSSES[name]
@@ -90,8 +196,89 @@ def get_policy_loss(name: str) -> PolicyLossFn:
         raise KeyError(f"unknown policy loss {name!r}; known: {sorted(POLICY_LOSSES)}") from None
 
 
-def _or(value: Bound | None, default: float) -> Bound:
-    return default if value is None else value
+# --------------------------------------------------------------------------------------------
+# Config validation helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (lo < value if lo_open else lo <= value) and value <= hi
+    if not ok:
+        bracket = "(" if lo_open else "["
+        raise ValueError(f"{name} must be a number in {bracket}{lo}, {hi}]; got {value!r}")
+
+
+def _check_dual(value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"dual_clip must be a number > 1 or None; got {value!r}")
+    check_dual_clip(value)
+
+
+# --------------------------------------------------------------------------------------------
+# The losses
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PPOLossConfig:
+    """``ppo``: ``dual_clip`` is the dual-clip constant ``c > 1`` (None disables it)."""
+
+    dual_clip: float | None = 3.0
+
+    def __post_init__(self) -> None:
+        _check_dual(self.dual_clip)
+
+
+@register_policy_loss("ppo", config=PPOLossConfig, default_bounds=(0.2, 0.2))
+def ppo_policy_loss(inputs: LossInputs, cfg: PPOLossConfig) -> LossOutput:
+    """PPO clipped surrogate with dual clip; see :func:`entropace.algos.clipped_surrogate_loss`.
+
+    Defaults: ``eps_low = eps_high = 0.2``, ``dual_clip = 3``. DAPO passes 0.2 / 0.28 and
+    ``token-mean``; EPPO passes per-task tensors; BAPO its adaptive bounds.
+    """
+    return clipped_surrogate_loss(
+        inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask,
+        eps_low=inputs.eps_low, eps_high=inputs.eps_high, dual_clip=cfg.dual_clip,
+        **inputs.aggregation(),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GSPOLossConfig:
+    """``gspo``: dual clip off by default (the paper has none)."""
+
+    dual_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_dual(self.dual_clip)
+
+
+@register_policy_loss("gspo", config=GSPOLossConfig, default_bounds=(3e-4, 4e-4))
+def gspo_policy_loss(inputs: LossInputs, cfg: GSPOLossConfig) -> LossOutput:
+    """GSPO: the ratio is the sequence's geometric-mean ratio, clipped per sequence (arXiv 2507.18071).
+
+    ``s_i = exp(mean_{t in y_i} log r_t)``; loss ``max(-A s_i, -A clip(s_i, 1 - eps_l, 1 + eps_h))``.
+    Implemented in the paper's GSPO-token form: every token of sequence i gets the ratio
+    ``s_it = sg(s_i) * pi(y_t) / sg(pi(y_t))`` (value ``s_i``), so per-token advantages are
+    allowed; with a per-sequence advantage and ``agg="seq-mean-token-mean"`` (the paper's
+    aggregation) value and gradient equal the sequence-level objective
+    ``mean_i max(-A_i s_i, -A_i clip(s_i))``. The clip flags are those of the sequence ratio.
+
+    The bounds act on a sequence ratio, which moves far less than a token ratio: the defaults are
+    the paper's ``eps_low = 3e-4``, ``eps_high = 4e-4``. Bounds passed by the caller are used as
+    they are, so a preset must not hand GSPO token-scale bounds such as 0.2 unless it means it.
+    """
+    inputs_t = prepare_token_inputs(
+        inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask
+    )
+    lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, inputs_t.log_ratio)
+    lengths = inputs_t.weight.sum(-1).clamp_min(1.0)
+    seq_log_ratio = inputs_t.log_ratio.detach().sum(-1) / lengths  # [B]
+    token_log_ratio = seq_log_ratio[:, None] + inputs_t.logprobs - inputs_t.logprobs.detach()
+    ratio = torch.exp(token_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    loss_mat, flags = ppo_clip_token_loss(ratio, inputs_t.advantages, lower, upper, cfg.dual_clip)
+    return finish_loss(loss_mat, inputs_t, ratio, flags, **inputs.aggregation())
 
 
 def _descending_rank(keys: Tensor) -> Tensor:
@@ -121,161 +308,88 @@ def _top_k_count(fraction: float, inputs: TokenInputs) -> Tensor:
     return torch.floor(fraction * n).clamp_min(1.0)
 
 
-@register_policy_loss("ppo")
-def ppo_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    dual_clip: float | None = 3.0,
-) -> LossOutput:
-    """PPO clipped surrogate with dual clip; see :func:`entropace.algos.clipped_surrogate_loss`.
+@dataclass(frozen=True)
+class ClipCovLossConfig:
+    """``clip_cov``: fraction of tokens whose gradient is dropped, and the covariance window."""
 
-    Defaults: ``eps_low = eps_high = 0.2``, ``dual_clip = 3``. DAPO passes 0.2 / 0.28 and
-    ``token-mean``; EPPO passes per-task tensors; BAPO its adaptive bounds.
-    """
-    return clipped_surrogate_loss(
-        logprobs, old_logprobs, advantages, mask,
-        eps_low=_or(eps_low, 0.2), eps_high=_or(eps_high, 0.2), dual_clip=dual_clip,
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
+    clip_ratio: float = 2e-4
+    cov_lower: float = 1.0
+    cov_upper: float = 5.0
+
+    def __post_init__(self) -> None:
+        _check_range("clip_ratio", self.clip_ratio, 0.0, 1.0, lo_open=True)
+        for name in ("cov_lower", "cov_upper"):
+            _check_range(name, getattr(self, name), -float("inf"), float("inf"))
+        if not self.cov_lower <= self.cov_upper:
+            raise ValueError(
+                f"need cov_lower <= cov_upper; got {self.cov_lower} > {self.cov_upper}"
+            )
 
 
-@register_policy_loss("gspo")
-def gspo_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    dual_clip: float | None = None,
-) -> LossOutput:
-    """GSPO: the ratio is the sequence's geometric-mean ratio, clipped per sequence (arXiv 2507.18071).
-
-    ``s_i = exp(mean_{t in y_i} log r_t)``; loss ``max(-A s_i, -A clip(s_i, 1 - eps_l, 1 + eps_h))``.
-    Implemented in the paper's GSPO-token form: every token of sequence i gets the ratio
-    ``s_it = sg(s_i) * pi(y_t) / sg(pi(y_t))`` (value ``s_i``), so per-token advantages are
-    allowed; with a per-sequence advantage and ``agg="seq-mean-token-mean"`` (the paper's
-    aggregation) value and gradient equal the sequence-level objective
-    ``mean_i max(-A_i s_i, -A_i clip(s_i))``.
-
-    The bounds act on a sequence ratio, which moves far less than a token ratio: the defaults are
-    the paper's ``eps_low = 3e-4``, ``eps_high = 4e-4``. Bounds passed by the caller are used as
-    they are, so a preset must not hand GSPO token-scale bounds such as 0.2 unless it means it.
-    ``dual_clip`` is off by default (the paper has none).
-    """
-    check_dual_clip(dual_clip)
-    inputs = prepare_token_inputs(logprobs, old_logprobs, advantages, mask)
-    lower, upper = clip_bounds(_or(eps_low, 3e-4), _or(eps_high, 4e-4), inputs.log_ratio)
-    lengths = inputs.weight.sum(-1).clamp_min(1.0)
-    seq_log_ratio = inputs.log_ratio.detach().sum(-1) / lengths  # [B]
-    token_log_ratio = seq_log_ratio[:, None] + inputs.logprobs - inputs.logprobs.detach()
-    ratio = torch.exp(token_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    loss_mat, flags = ppo_clip_token_loss(ratio, inputs.advantages, lower, upper, dual_clip)
-    return finish_loss(
-        loss_mat, inputs, ratio, flags,
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
-
-
-@register_policy_loss("clip_cov")
-def clip_cov_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    clip_ratio: float = 2e-4,
-    cov_lower: float = 1.0,
-    cov_upper: float = 5.0,
-    generator: torch.Generator | None = None,
-) -> LossOutput:
+@register_policy_loss(
+    "clip_cov", config=ClipCovLossConfig, default_bounds=(0.2, 0.2), uses_generator=True
+)
+def clip_cov_policy_loss(inputs: LossInputs, cfg: ClipCovLossConfig) -> LossOutput:
     """Clip-Cov (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
 
     PPO clip (no dual clip, as the reference implementation) plus: over the masked tokens passed
     (``N`` of them), ``cov_t = (log pi_t - mean log pi)(A_t - mean A)``; among tokens with
     ``cov_lower <= cov_t <= cov_upper`` whose PPO clip is not already binding, pick
-    ``max(1, floor(clip_ratio * N))`` uniformly at random (``generator``) and drop their gradient
-    (their loss value is kept, detached). Metric ``cov_drop_frac``: fraction of masked tokens
-    dropped. Sync-free: the random pick is a rank cut on random keys.
+    ``max(1, floor(clip_ratio * N))`` uniformly at random (``inputs.generator``) and drop their
+    gradient (their loss value is kept, detached). Metric ``cov_drop_frac``: fraction of masked
+    tokens dropped. Sync-free: the random pick is a rank cut on random keys.
     Defaults: ``eps 0.2 / 0.2``, ``clip_ratio 2e-4``, bounds ``[1, 5]``.
     """
-    inputs = prepare_token_inputs(logprobs, old_logprobs, advantages, mask)
-    lower, upper = clip_bounds(_or(eps_low, 0.2), _or(eps_high, 0.2), inputs.log_ratio)
-    ratio = torch.exp(inputs.log_ratio)
-    loss_mat, flags = ppo_clip_token_loss(ratio, inputs.advantages, lower, upper, None)
+    tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
+    lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, tok.log_ratio)
+    ratio = torch.exp(tok.log_ratio)
+    loss_mat, flags = ppo_clip_token_loss(ratio, tok.advantages, lower, upper, None)
     del flags["dual_clip_frac"]
-    cov = _token_covariance(inputs)
+    cov = _token_covariance(tok)
     already_clipped = flags["clip_frac_low"] | flags["clip_frac_high"]
-    eligible = inputs.mask & ~already_clipped & (cov >= cov_lower) & (cov <= cov_upper)
+    eligible = tok.mask & ~already_clipped & (cov >= cfg.cov_lower) & (cov <= cfg.cov_upper)
+    generator = inputs.generator
     gen_device = generator.device if generator is not None else cov.device
     keys = torch.rand(cov.shape, generator=generator, device=gen_device).to(cov.device)
     keys = torch.where(eligible, keys, torch.full_like(keys, -1.0))
-    drop = eligible & (_descending_rank(keys) < _top_k_count(clip_ratio, inputs))
+    drop = eligible & (_descending_rank(keys) < _top_k_count(cfg.clip_ratio, tok))
     loss_mat = torch.where(drop, loss_mat.detach(), loss_mat)
     flags["cov_drop_frac"] = drop
-    return finish_loss(
-        loss_mat, inputs, ratio, flags,
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
+    return finish_loss(loss_mat, tok, ratio, flags, **inputs.aggregation())
 
 
-@register_policy_loss("kl_cov")
-def kl_cov_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    kl_ratio: float = 2e-3,
-    kl_coef: float = 1.0,
-) -> LossOutput:
+@dataclass(frozen=True)
+class KLCovLossConfig:
+    """``kl_cov``: fraction of top-covariance tokens penalised and the penalty coefficient."""
+
+    kl_ratio: float = 2e-3
+    kl_coef: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_range("kl_ratio", self.kl_ratio, 0.0, 1.0, lo_open=True)
+        _check_range("kl_coef", self.kl_coef, 0.0, float("inf"))
+
+
+@register_policy_loss(
+    "kl_cov", config=KLCovLossConfig, default_bounds=None, advantage_weighted=False
+)
+def kl_cov_policy_loss(inputs: LossInputs, cfg: KLCovLossConfig) -> LossOutput:
     """KL-Cov (Cui et al., arXiv 2505.22617): no clip; a KL penalty on the top-covariance tokens.
 
     Per token ``L_t = -A_t r_t``; the ``max(1, floor(kl_ratio * N))`` masked tokens with the
     largest ``cov_t`` (as in Clip-Cov; ties broken by position) get ``+ kl_coef |log r_t|``.
-    ``eps_low`` / ``eps_high`` are accepted for the uniform signature and ignored. Defaults
-    ``kl_ratio 2e-3`` (the paper's 7B value; 2e-4 for 32B), ``kl_coef 1``. Metric
-    ``kl_cov_frac``: fraction of masked tokens penalised.
+    There is no clip (bounds are ignored; no clip-fraction metrics). Not advantage-weighted:
+    the penalty does not depend on A. Defaults ``kl_ratio 2e-3`` (the paper's 7B value; 2e-4
+    for 32B), ``kl_coef 1``. Metric ``kl_cov_frac``: fraction of masked tokens penalised.
     """
-    inputs = prepare_token_inputs(logprobs, old_logprobs, advantages, mask)
-    ratio = torch.exp(inputs.log_ratio)
-    cov = _token_covariance(inputs)
-    keys = torch.where(inputs.mask, cov, torch.full_like(cov, -torch.inf))
-    selected = inputs.mask & (_descending_rank(keys) < _top_k_count(kl_ratio, inputs))
-    penalty = kl_coef * inputs.log_ratio.abs()
-    loss_mat = -inputs.advantages * ratio + torch.where(
-        selected, penalty, torch.zeros_like(penalty)
-    )
-    return finish_loss(
-        loss_mat, inputs, ratio, {"kl_cov_frac": selected},
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
+    tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
+    ratio = torch.exp(tok.log_ratio)
+    cov = _token_covariance(tok)
+    keys = torch.where(tok.mask, cov, torch.full_like(cov, -torch.inf))
+    selected = tok.mask & (_descending_rank(keys) < _top_k_count(cfg.kl_ratio, tok))
+    penalty = cfg.kl_coef * tok.log_ratio.abs()
+    loss_mat = -tok.advantages * ratio + torch.where(selected, penalty, torch.zeros_like(penalty))
+    return finish_loss(loss_mat, tok, ratio, {"kl_cov_frac": selected}, **inputs.aggregation())
 
 
 def dcpo_bounds(
@@ -293,60 +407,54 @@ def dcpo_bounds(
     return lower, upper
 
 
-@register_policy_loss("dcpo")
-def dcpo_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    r_max: float = 10.0,
-    dual_clip: float | None = 3.0,
-) -> LossOutput:
+@dataclass(frozen=True)
+class DCPOLossConfig:
+    """``dcpo``: cap ``r_max`` of the upper bound, dual clip."""
+
+    r_max: float = 10.0
+    dual_clip: float | None = 3.0
+
+    def __post_init__(self) -> None:
+        _check_range("r_max", self.r_max, 1.0, float("inf"), lo_open=True)
+        _check_dual(self.dual_clip)
+
+
+@register_policy_loss("dcpo", config=DCPOLossConfig, default_bounds=(0.16, 0.2))
+def dcpo_policy_loss(inputs: LossInputs, cfg: DCPOLossConfig) -> LossOutput:
     """DCPO dynamic clipping (arXiv 2509.02333): the PPO surrogate with :func:`dcpo_bounds`.
 
     Defaults ``eps_low 0.16``, ``eps_high 0.2``, upper bound capped at ``r_max = 10``, dual clip 3
     (verl's default, on which DCPO's implementation is built). The paper aggregates a token mean
     per response summed over responses, i.e. ``seq-mean-token-mean`` times the (constant)
-    number of responses: pass ``agg="seq-mean-token-mean"``.
+    number of responses: pass ``agg="seq-mean-token-mean"``. The clip flags are those of the
+    probability-dependent bounds.
     """
-    check_dual_clip(dual_clip)
-    inputs = prepare_token_inputs(logprobs, old_logprobs, advantages, mask)
-    old = torch.where(inputs.mask, old_logprobs.detach().to(inputs.log_ratio.dtype), 0.0)
-    eps_l = as_bound(_or(eps_low, 0.16), old, "eps_low")
-    eps_h = as_bound(_or(eps_high, 0.2), old, "eps_high")
-    lower, upper = dcpo_bounds(old, eps_l, eps_h, r_max)
-    ratio = torch.exp(inputs.log_ratio)
-    loss_mat, flags = ppo_clip_token_loss(ratio, inputs.advantages, lower, upper, dual_clip)
-    return finish_loss(
-        loss_mat, inputs, ratio, flags,
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
+    tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
+    old = torch.where(tok.mask, inputs.old_logprobs.detach().to(tok.log_ratio.dtype), 0.0)
+    eps_l = as_bound(inputs.eps_low, old, "eps_low")
+    eps_h = as_bound(inputs.eps_high, old, "eps_high")
+    lower, upper = dcpo_bounds(old, eps_l, eps_h, cfg.r_max)
+    ratio = torch.exp(tok.log_ratio)
+    loss_mat, flags = ppo_clip_token_loss(ratio, tok.advantages, lower, upper, cfg.dual_clip)
+    return finish_loss(loss_mat, tok, ratio, flags, **inputs.aggregation())
 
 
-@register_policy_loss("ce_gppo")
-def ce_gppo_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: Bound | None = None,
-    eps_high: Bound | None = None,
-    agg: str = "token-mean",
-    num_tokens: Count | None = None,
-    num_seqs: Count | None = None,
-    seq_norm: Count | None = None,
-    beta1: float = 0.75,
-    beta2: float = 1.0,
-    dual_clip: float | None = 3.0,
-) -> LossOutput:
+@dataclass(frozen=True)
+class CEGPPOLossConfig:
+    """``ce_gppo``: gradient scales ``beta1`` (A < 0 below the bound), ``beta2`` (A > 0 above)."""
+
+    beta1: float = 0.75
+    beta2: float = 1.0
+    dual_clip: float | None = 3.0
+
+    def __post_init__(self) -> None:
+        for name in ("beta1", "beta2"):
+            _check_range(name, getattr(self, name), 0.0, float("inf"))
+        _check_dual(self.dual_clip)
+
+
+@register_policy_loss("ce_gppo", config=CEGPPOLossConfig, default_bounds=(0.2, 0.2))
+def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput:
     """CE-GPPO gradient-preserving clip (arXiv 2509.20712).
 
     Where PPO's clip binds, keep a bounded gradient instead of none (``sg`` = stop-gradient)::
@@ -358,20 +466,16 @@ def ce_gppo_policy_loss(
     Defaults (the authors' implementation): ``eps 0.2 / 0.2``, ``beta1 0.75``, ``beta2 1``,
     dual clip 3.
     """
-    check_dual_clip(dual_clip)
-    inputs = prepare_token_inputs(logprobs, old_logprobs, advantages, mask)
-    lower, upper = clip_bounds(_or(eps_low, 0.2), _or(eps_high, 0.2), inputs.log_ratio)
-    adv = inputs.advantages
-    ratio = torch.exp(inputs.log_ratio)
+    tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
+    lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, tok.log_ratio)
+    adv = tok.advantages
+    ratio = torch.exp(tok.log_ratio)
     unit = ratio / ratio.detach()  # value 1, gradient d log pi
     low = (adv < 0) & (ratio < lower)
     high = (adv > 0) & (ratio > upper)
     loss_mat = -adv * ratio
-    loss_mat = torch.where(low, -beta1 * lower * unit * adv, loss_mat)
-    loss_mat = torch.where(high, -beta2 * upper * unit * adv, loss_mat)
-    loss_mat, dual = apply_dual_clip(loss_mat, adv, dual_clip)
+    loss_mat = torch.where(low, -cfg.beta1 * lower * unit * adv, loss_mat)
+    loss_mat = torch.where(high, -cfg.beta2 * upper * unit * adv, loss_mat)
+    loss_mat, dual = apply_dual_clip(loss_mat, adv, cfg.dual_clip)
     flags = {"clip_frac_low": low, "clip_frac_high": high, "dual_clip_frac": dual}
-    return finish_loss(
-        loss_mat, inputs, ratio, flags,
-        agg=agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm,
-    )  # fmt: skip
+    return finish_loss(loss_mat, tok, ratio, flags, **inputs.aggregation())

@@ -57,10 +57,16 @@ class LossOutput:
         metrics: 0-dim detached tensors (no host sync), averaged over masked tokens with the
             global token count when one is given, so they too sum over micro-batches (except the
             per-micro-batch ``ratio_min`` / ``ratio_max``).
+        flags: the per-token indicators behind the fraction metrics, bool ``[B, T]`` (False
+            where masked): ``clip_frac_low`` / ``clip_frac_high`` (where the loss's own clip
+            binds, whatever its bounds: per-token, probability-dependent or on a sequence
+            ratio), ``dual_clip_frac``, ``cov_drop_frac``, ``kl_cov_frac``. Callers that need
+            per-task or pooled fractions count these instead of recomputing the clip.
     """
 
     loss: Tensor
     metrics: dict[str, Tensor] = field(default_factory=dict)
+    flags: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -237,7 +243,10 @@ def finish_loss(
     loss = aggregate_loss(
         loss_mat, inputs.weight, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_norm=seq_norm
     )
-    return LossOutput(loss=loss, metrics=token_metrics(inputs, ratio, flags, num_tokens))
+    masked = {name: flag.detach() & inputs.mask for name, flag in flags.items()}
+    return LossOutput(
+        loss=loss, metrics=token_metrics(inputs, ratio, masked, num_tokens), flags=masked
+    )
 
 
 def clipped_surrogate_loss(

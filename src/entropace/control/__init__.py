@@ -3,19 +3,40 @@
 - :class:`EntropyPacer`: EPPO's task-wise clip ranges paced by retained entropy (section 3).
 - :class:`PolarityController`: PAPO's phase signal and branch weights (section 4).
 - :class:`BapoClipController`: BAPO's per-step adaptive clip bounds (BASELINES.md).
+- Clip rules (:func:`build_clip_rule`, :data:`CLIP_RULES`): the one interface through which a
+  trainer or an engine plug-in gets per-task clip bounds (``fixed``, ``pacer``, ``bapo``).
+- Step signals (:func:`task_sums`, :func:`signals_from_sums`, :class:`StepSignals`): the
+  per-task rollout statistics the controllers read, as reducible sums.
 """
 
 from entropace.control.bapo import BapoClipController, BapoConfig, positive_share
+from entropace.control.clip_rules import (
+    CLIP_RULES,
+    ClipRule,
+    ClipSettings,
+    build_clip_rule,
+    register_clip_rule,
+)
 from entropace.control.pacer import SIGNALS, EntropyPacer, PacerConfig
 from entropace.control.polarity_controller import PolarityConfig, PolarityController
+from entropace.control.signals import SUM_ROWS, StepSignals, signals_from_sums, task_sums
 
 __all__ = [
+    "CLIP_RULES",
     "SIGNALS",
+    "SUM_ROWS",
     "BapoClipController",
     "BapoConfig",
+    "ClipRule",
+    "ClipSettings",
     "EntropyPacer",
     "PacerConfig",
     "PolarityConfig",
     "PolarityController",
+    "StepSignals",
+    "build_clip_rule",
     "positive_share",
+    "register_clip_rule",
+    "signals_from_sums",
+    "task_sums",
 ]

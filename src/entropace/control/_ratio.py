@@ -41,9 +41,10 @@ class RatioEMA:
     m_prev: float = 1.0
 
     @property
-    def warm(self) -> bool:
-        """True once the reference is known and ``m`` has been updated at least once."""
-        return self.count > self.warmup_steps
+    def ref_known(self) -> bool:
+        """True from the observation that completes the reference on (``m`` is then 1 until
+        the next observation updates it)."""
+        return self.count >= self.warmup_steps
 
     def observe(self, x: float) -> None:
         """Record one observation ``x`` (finite, >= 0; checked by the caller).

@@ -39,11 +39,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from entropace.algos.surrogate import LOG_RATIO_CLAMP
 from entropace.control._ratio import check_same_config
 
 __all__ = ["BapoClipController", "BapoConfig", "positive_share"]
-
-LOG_RATIO_CLAMP = 20.0
 
 
 @dataclass(frozen=True)

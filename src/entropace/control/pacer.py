@@ -20,9 +20,13 @@ The clip bounds of task k's tokens are ``[1 - eps_k, 1 + eps_high_k]`` with ``ep
 
 Conventions the spec leaves open (ours, tested):
 
-- Warmup: during a task's first ``warmup_steps`` observations its reference is being collected,
-  ``m_k`` stays 1, it gets ``eps_k = eps0`` exactly, ``z_k = delta_k = 0``, and it is not part of
-  the cohort over which the other tasks' z-scores are computed.
+- Warmup: during a task's first ``warmup_steps`` observations its reference is being collected
+  and ``m_k`` stays 1. Until the observation that completes the reference, the task gets
+  ``eps_k = eps0`` exactly, ``z_k = delta_k = 0``, and it is not part of the cohort over which
+  the z-scores are computed. From that observation on (the first one with the default
+  ``warmup_steps = 1``, as in ALGORITHMS.md's recursion, whose first update has ``q = 1`` and
+  leaves ``m = 1``) it is in the cohort with ``m_k = 1``, also when it first appears after the
+  other tasks: a task that starts late is paced against the others at once.
 - A task absent from a step keeps its state and its last ``eps_k`` (it is neither updated nor part
   of that step's cohort).
 - ``m_k(s-1)`` in the trend denominator is floored at 1e-8 (it is > 0 whenever ``beta > 0``).
@@ -206,7 +210,7 @@ class EntropyPacer:
             state.last_input = x
 
         # Pace z-score over the present tasks whose reference is known (population std).
-        cohort = [t for t in present if self._tasks[t].tracker.warm]
+        cohort = [t for t in present if self._tasks[t].tracker.ref_known]
         ms = [self._tasks[t].tracker.m for t in cohort]
         if len(cohort) >= 2:
             mean = math.fsum(ms) / len(ms)
@@ -216,7 +220,7 @@ class EntropyPacer:
         for task in present:
             state = self._tasks[task]
             tr = state.tracker
-            if not tr.warm:
+            if not tr.ref_known:
                 state.eps, state.z, state.delta = cfg.eps0, 0.0, 0.0
                 continue
             state.z = (tr.m - mean) / (std + Z_EPS) if len(cohort) >= 2 else 0.0
@@ -268,15 +272,17 @@ class EntropyPacer:
         }
 
     def metrics(self, tasks: list[str] | None = None) -> dict[str, float]:
-        """Flat ``metrics.jsonl`` keys: ``task/<k>/{eps_low,eps_high,pace_m,pace_z}``."""
+        """Flat ``metrics.jsonl`` keys ``task/<k>/pace_m`` (m_k), ``pace_z`` (z_k),
+        ``pace_delta`` (the trend term) and ``pace_ref`` (the reference; absent until known)
+        for ``tasks`` (default: every task seen). The bounds themselves are logged by the
+        caller from the bounds it used (``task/<k>/eps_low``, ``task/<k>/eps_high``)."""
         out: dict[str, float] = {}
         for t, snap in self.snapshot().items():
             if tasks is not None and t not in tasks:
                 continue
-            out[f"task/{t}/eps_low"] = float(snap["eps_low"])  # type: ignore[arg-type]
-            out[f"task/{t}/eps_high"] = float(snap["eps_high"])  # type: ignore[arg-type]
-            out[f"task/{t}/pace_m"] = float(snap["m"])  # type: ignore[arg-type]
-            out[f"task/{t}/pace_z"] = float(snap["z"])  # type: ignore[arg-type]
+            for key in ("m", "z", "delta", "ref"):
+                if snap[key] is not None:
+                    out[f"task/{t}/pace_{key}"] = float(snap[key])  # type: ignore[arg-type]
         return out
 
     # ------------------------------------------------------------------------------ checkpoints

@@ -2,8 +2,8 @@
 
 Modules:
     config      ``TrainConfig`` (dataclasses, the one source of truth), ``load_config``
-    algorithms  ``RECIPES``: algorithms by name (grpo ... eppo+papo and EPPO's ablations)
-    clip_rules  fixed / EPPO pacer / BAPO clip bounds behind one interface
+    algorithms  ``AlgorithmConfig`` and ``RECIPES``: algorithms by name (grpo ... eppo+papo
+                and EPPO's ablations); ``algorithm_config`` for engine plug-ins
     update      ``update_step``: controllers, advantages, PAPO, PPO mini-batches x epochs
     data        ``TaskSampler``: the task mix and its checkpointed seed position
     trainer     ``train``: rollout -> update -> log -> checkpoint, exact resume
@@ -22,7 +22,9 @@ _EXPORTS: dict[str, str] = {
     "load_config": "config",
     "load_config_file": "config",
     "save_config": "config",
+    "AlgorithmConfig": "algorithms",
     "RECIPES": "algorithms",
+    "algorithm_config": "algorithms",
     "Recipe": "algorithms",
     "register_recipe": "algorithms",
     "Learner": "update",

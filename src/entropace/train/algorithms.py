@@ -1,14 +1,19 @@
-"""Algorithms by name: a registry of recipes.
+"""The ``algorithm`` section of the config and the algorithms by name (recipes).
 
-A recipe is not code: it is a named set of defaults for :class:`~entropace.train.config.
-AlgorithmConfig` (advantage estimator, policy loss and its options, aggregation, clip rule,
-PAPO on/off, DAPO's dynamic sampling and overlong penalty, task normalisation). The update
-step (:mod:`entropace.train.update`) reads only the resolved config, so every part of a recipe
-can still be overridden (``algorithm.eps_high=0.3``) and new recipes are one
-:func:`register_recipe` call.
+A recipe is not code: it is a named, complete *identity* of an algorithm (advantage estimator,
+policy loss and its options, aggregation, clip rule and bounds, PAPO on/off, DAPO's dynamic
+sampling and overlong penalty, task normalisation, plus any controller options it is about)
+over :class:`AlgorithmConfig`. The update step (:mod:`entropace.train.update`) reads only the
+resolved config, so every part of a recipe can still be overridden
+(``algorithm.eps_high=0.3``), and a new algorithm is one :func:`register_recipe` call. The
+pieces a recipe names live in their own registries: advantage estimators and policy losses in
+:mod:`entropace.algos`, clip rules in :mod:`entropace.control`.
 
-Defaults follow ``shared/docs/BASELINES.md`` and ``ALGORITHMS.md``. Two deliberate choices, so
-that recipes differ only in the rule they are about:
+Bounds: ``eps_low`` / ``eps_high`` are None unless a recipe (or the user) sets them, which means
+the policy loss's own defaults (:attr:`entropace.algos.PolicyLoss.default_bounds`: 0.2 / 0.2
+for the PPO family, GSPO's 3e-4 / 4e-4, DCPO's 0.16 / 0.2); :func:`effective_bounds` resolves
+them. Defaults follow ``shared/docs/BASELINES.md`` and ``ALGORITHMS.md``. Two deliberate
+choices, so that recipes differ only in the rule they are about:
 
 * ``kl_beta`` is 0 in every recipe (GRPO's paper uses 0.04: ``algorithm.kl_beta=0.04``).
 * DCPO's "smooth advantage standardisation across visits of a prompt" needs a prompt to be
@@ -18,26 +23,175 @@ that recipes differ only in the rule they are about:
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch import Tensor
+from entropace.algos import ADVANTAGE_ESTIMATORS, AGG_MODES, POLICY_LOSSES, get_policy_loss
+from entropace.control import (
+    CLIP_RULES,
+    BapoConfig,
+    ClipSettings,
+    PacerConfig,
+    PolarityConfig,
+)
+from entropace.train.schema import (
+    ConfigError,
+    build_dataclass,
+    check_in,
+    check_positive,
+    did_you_mean,
+    merge,
+)
 
-from entropace.train.config import AlgorithmConfig
-from entropace.train.schema import ConfigError, build_dataclass
+__all__ = [
+    "IDENTITY",
+    "RECIPES",
+    "AlgorithmConfig",
+    "OverlongConfig",
+    "Recipe",
+    "algorithm_config",
+    "clip_settings",
+    "effective_bounds",
+    "get_recipe",
+    "loss_config",
+    "register_recipe",
+    "validate_algorithm",
+]
+
+
+@dataclass
+class OverlongConfig:
+    """DAPO's soft overlong penalty, added to the episode reward (response tokens)."""
+
+    enabled: bool = False
+    max_len: int = 1024
+    cache_len: int = 256
+
+
+@dataclass
+class AlgorithmConfig:
+    """The policy-optimisation algorithm. ``name`` selects a recipe; every other field can
+    still be overridden (the recipe only changes their defaults).
+
+    Attributes:
+        name: a recipe of :data:`RECIPES`.
+        advantage: an estimator of :data:`entropace.algos.ADVANTAGE_ESTIMATORS`.
+        task_norm: AgentRL's per-task re-standardisation of token advantages.
+        policy_loss: a name of :data:`entropace.algos.POLICY_LOSSES`.
+        loss_options: that loss's own options (fields of its config dataclass, e.g.
+            ``dual_clip``, ``beta1``), validated when the config loads.
+        agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum-norm``.
+        seq_norm: the constant of ``seq-mean-token-sum-norm`` (None: the rollout's
+            ``max_episode_tokens``).
+        clip_rule: a name of :data:`entropace.control.CLIP_RULES`: ``fixed`` (eps_low /
+            eps_high) | ``pacer`` (EPPO) | ``bapo``.
+        eps_low, eps_high: the fixed clip range ``[1 - eps_low, 1 + eps_high]``; None: the
+            policy loss's default bounds.
+        papo: reweight advantages by entropy polarity (PAPO).
+        dynamic_sampling: DAPO's filter dropping groups whose rewards are all equal.
+        kl_beta: coefficient of the k3 KL to a frozen reference (0: no reference model).
+        entropy_coef: entropy bonus coefficient (loss -= coef * mean entropy).
+    """
+
+    name: str = "grpo"
+    advantage: str = "grpo"
+    task_norm: bool = False
+    policy_loss: str = "ppo"
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    agg: str = "token-mean"
+    seq_norm: float | None = None
+    clip_rule: str = "fixed"
+    eps_low: float | None = None
+    eps_high: float | None = None
+    papo: bool = False
+    dynamic_sampling: bool = False
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    kl_beta: float = 0.0
+    entropy_coef: float = 0.0
+    pacer: PacerConfig = field(default_factory=PacerConfig)
+    polarity: PolarityConfig = field(default_factory=PolarityConfig)
+    bapo: BapoConfig = field(default_factory=BapoConfig)
+
+
+#: The fields every recipe sets (to its own value or the default below): choosing an algorithm
+#: replaces all of them, so a preset's settings for another algorithm never leak into it.
+IDENTITY: dict[str, Any] = {
+    "advantage": "grpo",
+    "task_norm": False,
+    "policy_loss": "ppo",
+    "loss_options": {},
+    "agg": "token-mean",
+    "clip_rule": "fixed",
+    "eps_low": None,
+    "eps_high": None,
+    "papo": False,
+    "dynamic_sampling": False,
+    "overlong": {"enabled": False},
+}
+
+
+def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmConfig:
+    """Registry and range checks of the algorithm section (``ConfigError`` naming the key);
+    the loss options are checked against the loss's own config dataclass."""
+    check_in(f"{key}.name", a.name, sorted(RECIPES))
+    check_in(f"{key}.advantage", a.advantage, sorted(ADVANTAGE_ESTIMATORS))
+    check_in(f"{key}.policy_loss", a.policy_loss, sorted(POLICY_LOSSES))
+    check_in(f"{key}.agg", a.agg, list(AGG_MODES))
+    check_in(f"{key}.clip_rule", a.clip_rule, sorted(CLIP_RULES))
+    loss_config(a, key)
+    for name in ("eps_low", "eps_high"):
+        if getattr(a, name) is not None:
+            check_positive(f"{key}.{name}", getattr(a, name))
+    if a.eps_low is not None and a.eps_low >= 1:
+        raise ConfigError(f"{key}.eps_low must be < 1, got {a.eps_low}")
+    check_positive(f"{key}.kl_beta", a.kl_beta, strict=False)
+    check_positive(f"{key}.entropy_coef", a.entropy_coef, strict=False)
+    if a.seq_norm is not None:
+        check_positive(f"{key}.seq_norm", a.seq_norm)
+    if a.overlong.enabled and not 0 < a.overlong.cache_len <= a.overlong.max_len:
+        raise ConfigError(
+            f"{key}.overlong.cache_len must be in (0, {key}.overlong.max_len], got "
+            f"{a.overlong.cache_len} (max_len {a.overlong.max_len})"
+        )
+    return a
+
+
+def loss_config(a: AlgorithmConfig, key: str = "algorithm") -> Any:
+    """The validated config dataclass of ``a.policy_loss`` built from ``a.loss_options``."""
+    spec = get_policy_loss(a.policy_loss)
+    return build_dataclass(spec.config_cls, a.loss_options, f"{key}.loss_options")
+
+
+def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
+    """``(eps_low, eps_high)`` the fixed clip rule uses: the configured values, else the policy
+    loss's defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused)."""
+    default = get_policy_loss(a.policy_loss).default_bounds or (0.2, 0.2)
+    lo = default[0] if a.eps_low is None else a.eps_low
+    hi = default[1] if a.eps_high is None else a.eps_high
+    return float(lo), float(hi)
+
+
+def clip_settings(a: AlgorithmConfig) -> ClipSettings:
+    """What :func:`entropace.control.build_clip_rule` builds ``a.clip_rule`` from."""
+    lo, hi = effective_bounds(a)
+    return ClipSettings(eps_low=lo, eps_high=hi, pacer=a.pacer, bapo=a.bapo)
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named algorithm: overrides of :class:`AlgorithmConfig` defaults.
+    """A named algorithm: its identity over :class:`AlgorithmConfig`.
 
     Attributes:
         name: registry key (``algorithm.name``).
         summary: one line for docs and ``--help``.
         reference: paper (arXiv id) or spec section.
-        overrides: nested ``AlgorithmConfig`` field values (checked at registration).
+        overrides: nested ``AlgorithmConfig`` field values; every :data:`IDENTITY` field it
+            does not name takes the default there (checked at registration).
     """
 
     name: str
@@ -45,79 +199,70 @@ class Recipe:
     reference: str
     overrides: dict[str, Any] = field(default_factory=dict)
 
+    def identity(self) -> dict[str, Any]:
+        """The recipe's overrides on top of :data:`IDENTITY` (what choosing it sets)."""
+        return merge(IDENTITY, self.overrides)
+
 
 RECIPES: dict[str, Recipe] = {}
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
-    """Add (or replace) a recipe; its overrides must be valid ``AlgorithmConfig`` fields."""
-    try:
-        build_dataclass(AlgorithmConfig, {**recipe.overrides, "name": recipe.name}, "algorithm")
-    except ConfigError as exc:
-        raise ConfigError(f"recipe {recipe.name!r}: {exc}") from exc
+    """Add (or replace) a recipe; its overrides must make a valid ``AlgorithmConfig``."""
     RECIPES[recipe.name] = recipe
+    try:
+        data = {**recipe.identity(), "name": recipe.name}
+        validate_algorithm(build_dataclass(AlgorithmConfig, data, "algorithm"))
+    except ConfigError as exc:
+        del RECIPES[recipe.name]
+        raise ConfigError(f"recipe {recipe.name!r}: {exc}") from exc
     return recipe
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe ``name``; an unknown name raises :class:`ConfigError` listing the known."""
     if name not in RECIPES:
-        close = difflib.get_close_matches(name, list(RECIPES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"algorithm.name: unknown algorithm {name!r}{hint}; allowed values: {sorted(RECIPES)}"
+            f"algorithm.name: unknown algorithm {name!r}{did_you_mean(name, list(RECIPES))}; "
+            f"allowed values: {sorted(RECIPES)}"
         )
     return RECIPES[name]
 
 
-# Advantage estimators: name -> entropace.algos function name, fn(rewards[B], group_ids[B]) -> [B]
-_ADVANTAGE_FNS: dict[str, str] = {
-    "grpo": "grpo_advantages",
-    "dr_grpo": "dr_grpo_advantages",
-    "rloo": "rloo_advantages",
-}
-ADVANTAGES: tuple[str, ...] = tuple(_ADVANTAGE_FNS)
+def algorithm_config(name: str, overrides: dict[str, Any] | None = None) -> AlgorithmConfig:
+    """The validated :class:`AlgorithmConfig` of recipe ``name`` plus nested ``overrides``
+    (what an engine plug-in takes instead of a whole training config)."""
+    data = merge({**get_recipe(name).identity(), "name": name}, overrides or {})
+    return validate_algorithm(build_dataclass(AlgorithmConfig, data, "algorithm"))
 
 
-def get_advantage_fn(name: str) -> Callable[[Tensor, Tensor], Tensor]:
-    """The advantage estimator ``name``: ``fn(rewards[B], group_ids[B]) -> advantages[B]``."""
-    if name not in _ADVANTAGE_FNS:
-        raise ConfigError(f"algorithm.advantage: unknown {name!r}; allowed values: {ADVANTAGES}")
-    import entropace.algos as algos
-
-    return getattr(algos, _ADVANTAGE_FNS[name])
-
-
-_EPPO = {"clip_rule": "pacer", "agg": "token-mean"}
+_EPPO = {"clip_rule": "pacer"}
 
 for _recipe in (
     Recipe("grpo", "GRPO: group-standardised advantages, PPO clip", "2402.03300",
-           {"advantage": "grpo", "agg": "seq-mean-token-mean"}),
+           {"agg": "seq-mean-token-mean"}),
     Recipe("dr_grpo", "Dr.GRPO: unnormalised group advantages, per-sequence sum / constant",
            "2503.20783", {"advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm"}),
     Recipe("dapo", "DAPO: clip-higher, token-mean, dynamic sampling, overlong penalty",
-           "2503.14476", {"eps_low": 0.2, "eps_high": 0.28, "agg": "token-mean",
-                          "dynamic_sampling": True, "overlong": {"enabled": True}}),
-    Recipe("rloo", "RLOO: leave-one-out baseline", "2402.14740",
-           {"advantage": "rloo", "agg": "token-mean"}),
+           "2503.14476", {"eps_low": 0.2, "eps_high": 0.28, "dynamic_sampling": True,
+                          "overlong": {"enabled": True}}),
+    Recipe("rloo", "RLOO: leave-one-out baseline", "2402.14740", {"advantage": "rloo"}),
     Recipe("gspo", "GSPO: sequence-level ratio clipped per sequence", "2507.18071",
-           {"policy_loss": "gspo", "eps_low": 3e-4, "eps_high": 4e-4,
-            "agg": "seq-mean-token-mean"}),
+           {"policy_loss": "gspo", "agg": "seq-mean-token-mean"}),
     Recipe("clip_cov", "Clip-Cov: drop gradients of a few high-covariance tokens", "2505.22617",
-           {"policy_loss": "clip_cov", "agg": "token-mean"}),
+           {"policy_loss": "clip_cov"}),
     Recipe("kl_cov", "KL-Cov: KL penalty on the top-covariance tokens", "2505.22617",
-           {"policy_loss": "kl_cov", "agg": "token-mean"}),
+           {"policy_loss": "kl_cov"}),
     Recipe("dcpo", "DCPO: probability-dependent clip bounds", "2509.02333",
-           {"policy_loss": "dcpo", "eps_low": 0.16, "eps_high": 0.2,
-            "agg": "seq-mean-token-mean"}),
+           {"policy_loss": "dcpo", "agg": "seq-mean-token-mean"}),
     Recipe("bapo", "BAPO: per-step adaptive clip balancing positive/negative contributions",
-           "2510.18927", {"clip_rule": "bapo", "agg": "token-mean"}),
+           "2510.18927", {"clip_rule": "bapo"}),
     Recipe("ce_gppo", "CE-GPPO: gradient-preserving clip", "2509.20712",
-           {"policy_loss": "ce_gppo", "agg": "token-mean"}),
+           {"policy_loss": "ce_gppo"}),
     Recipe("eppo", "EPPO: per-task clip range paced by retained entropy",
            "ALGORITHMS.md section 3", dict(_EPPO)),
     Recipe("papo", "PAPO: advantages reweighted by entropy polarity",
-           "ALGORITHMS.md section 4", {"papo": True, "agg": "token-mean"}),
+           "ALGORITHMS.md section 4", {"papo": True}),
     Recipe("eppo+papo", "EPPO pacer and PAPO reweighting together",
            "ALGORITHMS.md sections 3-4", {**_EPPO, "papo": True}),
     Recipe("eppo-global", "EPPO ablation: one global clip range (w/o task-wise clip)",

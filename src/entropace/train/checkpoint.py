@@ -4,10 +4,16 @@
 
 * ``model.safetensors``: the trainable weights (all of them; for LoRA the adapter only),
   saved with ``safetensors`` (shared/tied tensors handled);
-* ``optim.pt``: optimiser and LR-scheduler state dicts (``torch.save``);
-* ``rng.pt``: python, numpy and torch RNG states;
-* ``state.json``: step, data position, controllers' state dicts, skipped-step count (any
-  JSON-serialisable trainer state).
+* ``optim.pt``: the optimiser's state dict (``torch.save`` of tensors and plain values);
+* ``rng.pt``: python, numpy and torch RNG states, as tensors and plain values;
+* ``state.json``: step, the resolved config, the LR schedule's position
+  (``scheduler_steps``), data position, controllers' state dicts, skipped-step count (any
+  JSON-serialisable trainer state). The scheduler itself is not saved: a resumed run rebuilds
+  it from its (possibly changed) config at that position.
+
+Loading never runs code: ``.pt`` files are read with ``torch.load(weights_only=True)``, which
+unpickles only tensors and plain containers (numpy's array reconstruction is allow-listed for
+``rng.pt`` files written before the RNG states were stored as tensors).
 
 Writing goes to a temporary sibling directory; every file is fsynced, then the directory is
 renamed into place (atomic on POSIX) and the parent fsynced. A crash therefore leaves either
@@ -65,20 +71,33 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states as tensors and plain values (weights-only loadable)."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()  # noqa: NPY002 (global state)
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),  # noqa: NPY002 (the global state is what we restore)
+        "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    name, key, pos, has_gauss, gauss = state["numpy"]
+    key = key.numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
+    np.random.set_state((name, key.astype(np.uint32), pos, has_gauss, gauss))  # noqa: NPY002
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _load_pt(path: Path) -> Any:
+    """``torch.load`` that never runs code (weights only; numpy arrays of older ``rng.pt``)."""
+    safe = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    reconstruct = getattr(np, "_core", np.core).multiarray._reconstruct
+    with torch.serialization.safe_globals([reconstruct, *safe]):
+        return torch.load(path, weights_only=True)
 
 
 def _is_peft(model: torch.nn.Module) -> bool:
@@ -108,7 +127,6 @@ def save_checkpoint(
     *,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
     state: dict[str, Any],
     keep_last: int = 2,
 ) -> Path:
@@ -138,9 +156,7 @@ def save_checkpoint(
         )
     else:
         st.save_model(model, str(tmp / "model.safetensors"))
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt"
-    )
+    torch.save({"optimizer": optimizer.state_dict()}, tmp / "optim.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
     for f in tmp.iterdir():
@@ -160,10 +176,10 @@ def load_checkpoint(
     *,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any | None = None,
     restore_rng: bool = True,
 ) -> dict[str, Any]:
-    """Load weights (and optimiser, scheduler, RNG) from ``path``; return ``state.json``."""
+    """Load weights (and optimiser, RNG) from ``path``; return ``state.json`` (with
+    ``scheduler_steps`` taken from an older checkpoint's saved scheduler if it lacks it)."""
     st = _safetensors()
     if not (path / "state.json").exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
@@ -173,12 +189,12 @@ def load_checkpoint(
         set_peft_model_state_dict(model, st.load_file(str(path / "model.safetensors")))
     else:
         st.load_model(model, str(path / "model.safetensors"), strict=True)
-    if optimizer is not None or scheduler is not None:
-        optim = torch.load(path / "optim.pt", weights_only=False)
-        if optimizer is not None:
-            optimizer.load_state_dict(optim["optimizer"])
-        if scheduler is not None:
-            scheduler.load_state_dict(optim["scheduler"])
+    state = json.loads((path / "state.json").read_text())
+    if optimizer is not None:
+        optim = _load_pt(path / "optim.pt")
+        optimizer.load_state_dict(optim["optimizer"])
+        if "scheduler_steps" not in state and "scheduler" in optim:
+            state["scheduler_steps"] = int(optim["scheduler"]["last_epoch"])
     if restore_rng:
-        set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    return json.loads((path / "state.json").read_text())
+        set_rng_state(_load_pt(path / "rng.pt"))
+    return state

@@ -1,11 +1,18 @@
 """The trainer's typed, validated configuration (one source of truth).
 
-Every setting is a field of a dataclass below, with its default. A preset (``quick.yaml``,
-``paper.yaml`` in :mod:`entropace.configs`) and the command line only *override* fields; the
-algorithm name additionally brings its recipe's overrides (:mod:`entropace.train.algorithms`).
-Resolution order, later wins::
+Every setting is a field of a dataclass below, with its default (the ``algorithm`` section's
+dataclass lives with the recipes, in :mod:`entropace.train.algorithms`). A preset (``quick.yaml``,
+``paper.yaml`` in :mod:`entropace.configs`, a YAML file, or a saved ``RUN/config.yaml``) and the
+command line only *override* fields; the algorithm name additionally brings its recipe's
+identity (:data:`entropace.train.algorithms.IDENTITY`). Resolution order, later wins::
 
-    dataclass defaults < recipe of algorithm.name < preset YAML < CLI overrides
+    dataclass defaults < recipe of the preset's algorithm < preset < CLI overrides
+    dataclass defaults < preset < recipe of the CLI's algorithm < CLI overrides  (algo= changed)
+
+A preset's algorithm settings belong to the algorithm it names: choosing another algorithm on
+the command line puts that algorithm's recipe above them (``--preset paper algo=gspo`` gets
+GSPO's own bounds, not the preset's), while the preset's other settings (controller options,
+``kl_beta``, everything outside ``algorithm``) still apply.
 
 ``load_config("quick", ["algo=eppo", "tasks=db,kg", "optim.lr=1e-5"])`` returns the resolved
 :class:`TrainConfig`; the trainer saves it as ``RUN/config.yaml`` and ``--resume`` reads it
@@ -21,21 +28,22 @@ from typing import Any, Literal
 
 import yaml
 
-from entropace.control import BapoConfig, PacerConfig, PolarityConfig
 from entropace.rollout.config import RolloutConfig
+from entropace.train.algorithms import IDENTITY, AlgorithmConfig, get_recipe, validate_algorithm
 from entropace.train.schema import (
     ConfigError,
     build_dataclass,
     check_in,
     check_positive,
+    did_you_mean,
     merge,
     nest,
-    suggest,
     to_dict,
 )
 
 __all__ = [
     "ConfigError",
+    "config_changes",
     "TrainConfig",
     "load_config",
     "load_config_file",
@@ -105,57 +113,6 @@ class TasksConfig:
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_offset: int = 0
-
-
-@dataclass
-class OverlongConfig:
-    """DAPO's soft overlong penalty, added to the episode reward (response tokens)."""
-
-    enabled: bool = False
-    max_len: int = 1024
-    cache_len: int = 256
-
-
-@dataclass
-class AlgorithmConfig:
-    """The policy-optimisation algorithm. ``name`` selects a recipe; every other field can
-    still be overridden (the recipe only changes their defaults).
-
-    Attributes:
-        name: a recipe of :data:`entropace.train.algorithms.RECIPES`.
-        advantage: ``grpo`` | ``dr_grpo`` | ``rloo``.
-        task_norm: AgentRL's per-task re-standardisation of token advantages.
-        policy_loss: a name of :data:`entropace.algos.POLICY_LOSSES`.
-        loss_options: that loss's own options (e.g. ``dual_clip``, ``beta1``).
-        agg: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum-norm``.
-        seq_norm: the constant of ``seq-mean-token-sum-norm`` (None: the rollout's
-            ``max_episode_tokens``).
-        clip_rule: ``fixed`` (eps_low/eps_high) | ``pacer`` (EPPO) | ``bapo``.
-        eps_low, eps_high: the fixed clip range ``[1 - eps_low, 1 + eps_high]``.
-        papo: reweight advantages by entropy polarity (PAPO).
-        dynamic_sampling: DAPO's filter dropping groups whose rewards are all equal.
-        kl_beta: coefficient of the k3 KL to a frozen reference (0: no reference model).
-        entropy_coef: entropy bonus coefficient (loss -= coef * mean entropy).
-    """
-
-    name: str = "grpo"
-    advantage: str = "grpo"
-    task_norm: bool = False
-    policy_loss: str = "ppo"
-    loss_options: dict[str, Any] = field(default_factory=dict)
-    agg: str = "token-mean"
-    seq_norm: float | None = None
-    clip_rule: str = "fixed"
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    papo: bool = False
-    dynamic_sampling: bool = False
-    overlong: OverlongConfig = field(default_factory=OverlongConfig)
-    kl_beta: float = 0.0
-    entropy_coef: float = 0.0
-    pacer: PacerConfig = field(default_factory=PacerConfig)
-    polarity: PolarityConfig = field(default_factory=PolarityConfig)
-    bapo: BapoConfig = field(default_factory=BapoConfig)
 
 
 @dataclass
@@ -266,29 +223,7 @@ def parse_override(text: str) -> dict[str, Any]:
 
 def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     """Range and registry checks; raises :class:`ConfigError` naming the key."""
-    from entropace.algos import AGG_MODES, POLICY_LOSSES
-    from entropace.train.algorithms import ADVANTAGES, RECIPES
-    from entropace.train.clip_rules import CLIP_RULES
-
-    a = cfg.algorithm
-    check_in("algorithm.name", a.name, sorted(RECIPES))
-    check_in("algorithm.advantage", a.advantage, sorted(ADVANTAGES))
-    check_in("algorithm.policy_loss", a.policy_loss, sorted(POLICY_LOSSES))
-    check_in("algorithm.agg", a.agg, list(AGG_MODES))
-    check_in("algorithm.clip_rule", a.clip_rule, sorted(CLIP_RULES))
-    for key in ("eps_low", "eps_high"):
-        check_positive(f"algorithm.{key}", getattr(a, key))
-    if a.eps_low >= 1:
-        raise ConfigError(f"algorithm.eps_low must be < 1, got {a.eps_low}")
-    check_positive("algorithm.kl_beta", a.kl_beta, strict=False)
-    check_positive("algorithm.entropy_coef", a.entropy_coef, strict=False)
-    if a.seq_norm is not None:
-        check_positive("algorithm.seq_norm", a.seq_norm)
-    if a.overlong.enabled and not 0 < a.overlong.cache_len <= a.overlong.max_len:
-        raise ConfigError(
-            "algorithm.overlong.cache_len must be in (0, algorithm.overlong.max_len], got "
-            f"{a.overlong.cache_len} (max_len {a.overlong.max_len})"
-        )
+    validate_algorithm(cfg.algorithm)
 
     t = cfg.tasks
     if not t.names:
@@ -362,22 +297,37 @@ def _preset_dict(preset: str | Path | None) -> dict[str, Any]:
     named = PRESET_DIR / f"{preset}.yaml"
     if not named.exists():
         raise ConfigError(
-            f"unknown preset {str(preset)!r}{suggest(str(preset), preset_names())[:-1]}"
-            f"; presets: {preset_names()} (or a path to a .yaml file)"
+            f"unknown preset {str(preset)!r}{did_you_mean(str(preset), preset_names())}; "
+            f"presets: {preset_names()} (or a path to a .yaml file)"
         )
     return _read_yaml(named)
 
 
-def resolve(data: dict[str, Any], *, check_envs: bool = True) -> TrainConfig:
-    """Build a :class:`TrainConfig` from a nested override dict, applying the recipe of the
-    algorithm it names (its overrides sit below ``data``'s)."""
-    from entropace.train.algorithms import get_recipe
-
-    name = data.get("algorithm", {}).get("name", AlgorithmConfig().name)
-    if not isinstance(name, str):
+def _algorithm_name(data: dict[str, Any]) -> str | None:
+    section = data.get("algorithm", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"algorithm: expected a mapping, got {section!r}")
+    name = section.get("name")
+    if name is not None and not isinstance(name, str):
         raise ConfigError(f"algorithm.name must be a string, got {name!r}")
-    recipe = get_recipe(name)  # unknown names raise ConfigError listing RECIPES
-    merged = merge({"algorithm": recipe.overrides}, data)
+    return name
+
+
+def resolve(
+    preset: dict[str, Any], overrides: dict[str, Any] | None = None, *, check_envs: bool = True
+) -> TrainConfig:
+    """Build a :class:`TrainConfig` from a preset's nested dict and command-line overrides,
+    with the recipe of the algorithm they name in its place (module docstring)."""
+    overrides = overrides or {}
+    preset_name = _algorithm_name(preset)
+    cli_name = _algorithm_name(overrides)
+    name = cli_name or preset_name or AlgorithmConfig().name
+    recipe = {"algorithm": {**get_recipe(name).identity(), "name": name}}
+    if cli_name is not None and cli_name != preset_name:
+        # the preset's identity settings were for its own algorithm: the new recipe replaces them
+        section = {k: v for k, v in preset.get("algorithm", {}).items() if k not in IDENTITY}
+        preset = {**preset, "algorithm": section}
+    merged = merge(merge(recipe, preset), overrides)
     return validate(build_dataclass(TrainConfig, merged), check_envs=check_envs)
 
 
@@ -395,10 +345,10 @@ def load_config(
             "ppo.epochs=2"]``; later ones win.
         check_envs: also check the task names against the environment registry.
     """
-    data = _preset_dict(preset)
+    cli: dict[str, Any] = {}
     for text in overrides:
-        data = merge(data, parse_override(text))
-    return resolve(data, check_envs=check_envs)
+        cli = merge(cli, parse_override(text))
+    return resolve(_preset_dict(preset), cli, check_envs=check_envs)
 
 
 def load_config_file(
@@ -406,6 +356,31 @@ def load_config_file(
 ) -> TrainConfig:
     """Read a saved ``config.yaml`` (e.g. ``RUN/config.yaml``), plus overrides."""
     return load_config(Path(path), overrides, check_envs=check_envs)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, dotted))
+        else:
+            out[dotted] = value
+    return out
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``["steps: 2 -> 4", ...]``: every dotted key whose value differs between two config
+    dicts (:func:`to_dict` output), sorted."""
+    a, b = _flatten(old), _flatten(new)
+    missing = object()
+    return [
+        f"{key}: {a.get(key, missing)!r} -> {b.get(key, missing)!r}".replace(
+            repr(missing), "(unset)"
+        )
+        for key in sorted(a.keys() | b.keys())
+        if a.get(key, missing) != b.get(key, missing)
+    ]
 
 
 def save_config(cfg: TrainConfig, path: str | Path) -> Path:

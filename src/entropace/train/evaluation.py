@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
+from entropace.train.data import env_factory
 from entropace.train.trainer import build_model
 
 
@@ -48,7 +48,7 @@ def evaluate(
         ``{"step", "checkpoint", "split", "n", "do_sample", "tasks": {task: {"success",
         "reward", "abnormal", "episodes"}}, "mean_success", "episodes": [per-episode records]}``.
     """
-    from entropace.envs import make, seeds
+    from entropace.envs import seeds
     from entropace.rollout import RolloutRequest, collect_rollouts
 
     run_dir = Path(run_dir)
@@ -67,8 +67,7 @@ def evaluate(
 
     requests = []
     for task in tasks:
-        options = {"difficulty": cfg.tasks.difficulty, **cfg.tasks.options.get(task, {})}
-        factory = functools.partial(make, task, **options)
+        factory = env_factory(cfg.tasks, task)
         for s in seeds(split, n):  # type: ignore[arg-type]
             requests.append(
                 RolloutRequest(task=task, env=factory, seed=int(s), group_id=len(requests))

@@ -19,10 +19,15 @@ class ConfigError(ValueError):
     """A bad configuration: the message names the key and what is allowed."""
 
 
+def did_you_mean(value: str, allowed: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the closest allowed value, or ``""``."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def suggest(key: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{hint}; allowed keys: {sorted(allowed)}"
+    """`` (did you mean 'x'?); allowed keys: [...]`` for an unknown key."""
+    return f"{did_you_mean(key, allowed)}; allowed keys: {sorted(allowed)}"
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
@@ -131,8 +136,7 @@ def nest(dotted: str, value: Any) -> dict[str, Any]:
 
 def check_in(key: str, value: Any, allowed: list[str] | tuple[str, ...]) -> None:
     if value not in allowed:
-        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(value), allowed)
         raise ConfigError(f"{key}: {value!r} is not allowed{hint}; allowed values: {list(allowed)}")
 
 

@@ -17,7 +17,7 @@ resumed logs the same metrics for steps 3-4 as an uninterrupted run (timings asi
 from __future__ import annotations
 
 import copy
-import functools
+import logging
 import random
 import signal
 import sys
@@ -32,12 +32,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from entropace.algos import get_policy_loss
+from entropace.control import build_clip_rule
+from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from entropace.train.clip_rules import build_clip_rule
-from entropace.train.config import ModelConfig, OptimConfig, TrainConfig, save_config
-from entropace.train.data import Prompt, TaskSampler
+from entropace.train.config import (
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    config_changes,
+    save_config,
+    to_dict,
+)
+from entropace.train.data import Prompt, TaskSampler, env_factory
 from entropace.train.metrics_log import MetricsWriter
-from entropace.train.update import Learner, ReferenceFn, rollout_metrics, update_step
+from entropace.train.update import Learner, ReferenceFn, update_step
+
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Components
@@ -113,14 +124,35 @@ class WarmupSchedule:
 
 
 def build_optimizer(
-    params: list[torch.nn.Parameter], cfg: OptimConfig, total_steps: int
+    params: list[torch.nn.Parameter], cfg: OptimConfig, total_steps: int, done_steps: int = 0
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over ``params`` and its warmup scheduler (stepped once per optimiser step)."""
     optimizer = torch.optim.AdamW(
         params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
     )
+    return optimizer, build_scheduler(optimizer, cfg, total_steps, done_steps)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int, done_steps: int = 0
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The LR schedule of ``cfg`` over ``total_steps`` optimiser steps, positioned after
+    ``done_steps`` of them (torchtune's ``last_epoch``): a resumed run rebuilds it from the
+    resolved config, so a new horizon (``steps=``), ``optim.lr`` or ``optim.schedule`` takes
+    effect. The optimiser's hyperparameters are (re)set from ``cfg`` too: a loaded optimiser
+    state keeps its moments, not its old ``betas`` / ``eps`` / ``weight_decay``."""
+    for group in optimizer.param_groups:
+        group.update(
+            lr=cfg.lr, initial_lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )  # fmt: skip
     schedule = WarmupSchedule(cfg.warmup_steps, total_steps, cfg.schedule)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule, last_epoch=done_steps - 1)
+
+
+def optimizer_steps_total(cfg: TrainConfig) -> int:
+    """Optimiser steps of the whole run (the schedule's horizon)."""
+    return cfg.steps * cfg.ppo.epochs * cfg.ppo.num_minibatches
 
 
 def build_reference(cfg: TrainConfig, model: Any) -> ReferenceFn | None:
@@ -153,8 +185,7 @@ def build_learner(cfg: TrainConfig, model: Any) -> Learner:
     rule, PAPO's controller (when ``algorithm.papo``), the KL reference (when
     ``algorithm.kl_beta > 0``)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optim_steps = cfg.steps * cfg.ppo.epochs * cfg.ppo.num_minibatches
-    optimizer, scheduler = build_optimizer(params, cfg.optim, optim_steps)
+    optimizer, scheduler = build_optimizer(params, cfg.optim, optimizer_steps_total(cfg))
     polarity = None
     if cfg.algorithm.papo:
         from entropace.control import PolarityController
@@ -164,10 +195,12 @@ def build_learner(cfg: TrainConfig, model: Any) -> Learner:
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        clip_rule=build_clip_rule(cfg.algorithm),
+        clip_rule=build_clip_rule(cfg.algorithm.clip_rule, clip_settings(cfg.algorithm)),
         polarity=polarity,
         reference=build_reference(cfg, model),
         cfg=cfg,
+        loss=get_policy_loss(cfg.algorithm.policy_loss),
+        loss_config=loss_config(cfg.algorithm),
         params=params,
     )
 
@@ -234,14 +267,12 @@ class TrainResult:
 
 def _requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
     """Rollout requests: each prompt ``G`` times, sharing the prompt's group id; each episode
-    gets a fresh environment built by :func:`entropace.envs.make`."""
-    from entropace.envs import make
+    gets a fresh environment (:func:`entropace.train.data.env_factory`)."""
     from entropace.rollout import RolloutRequest
 
     out = []
     for p in prompts:
-        options = {"difficulty": cfg.tasks.difficulty, **cfg.tasks.options.get(p.task, {})}
-        factory = functools.partial(make, p.task, **options)
+        factory = env_factory(cfg.tasks, p.task)
         for _ in range(cfg.tasks.group_size):
             out.append(RolloutRequest(task=p.task, env=factory, seed=p.seed, group_id=p.group))
     return out
@@ -262,6 +293,18 @@ def _postfix(row: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) -> None:
+    """Log a warning naming every setting a resume changes (they change the run from here)."""
+    if saved is None:
+        return
+    changes = config_changes(saved, to_dict(cfg))
+    if changes:
+        logger.warning(
+            "resuming %s with a changed config (the run continues under the new values): %s",
+            path, "; ".join(changes),
+        )  # fmt: skip
+
+
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> TrainResult:
     """Train for ``cfg.steps`` steps into ``run_dir`` (resuming from its latest checkpoint).
 
@@ -274,12 +317,10 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> Tra
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
-    save_config(cfg, run_dir / "config.yaml")
 
     # Components (torchtune style: built here, composed in the Learner)
     model, tokenizer, device = build_model(cfg.model)
     learner = build_learner(cfg, model)
-    optimizer, scheduler, polarity = learner.optimizer, learner.scheduler, learner.polarity
     sampler = TaskSampler(cfg.tasks)
 
     start = 0
@@ -287,24 +328,32 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> Tra
         path = latest_checkpoint(ckpt_root)
         if path is None:
             raise FileNotFoundError(f"--resume: no checkpoint under {ckpt_root}")
-        state = load_checkpoint(path, model=model, optimizer=optimizer, scheduler=scheduler)
+        state = load_checkpoint(path, model=model, optimizer=learner.optimizer)
         start = int(state["step"])
+        _warn_changes(state.get("config"), cfg, path)
+        learner.scheduler = build_scheduler(
+            learner.optimizer, cfg.optim, optimizer_steps_total(cfg), int(state["scheduler_steps"])
+        )
         sampler.load_state_dict(state["sampler"])
         learner.clip_rule.load_state_dict(state["clip_rule"])
-        if polarity is not None:
-            polarity.load_state_dict(state["polarity"])
+        if learner.polarity is not None:
+            learner.polarity.load_state_dict(state["polarity"])
         learner.skipped_steps = int(state["skipped_steps"])
+    save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
+    optimizer, polarity = learner.optimizer, learner.polarity
 
     def checkpoint(step: int) -> None:
         state = {
+            "config": to_dict(cfg),
+            "scheduler_steps": learner.scheduler.last_epoch,
             "sampler": sampler.state_dict(),
             "clip_rule": learner.clip_rule.state_dict(),
             "polarity": polarity.state_dict() if polarity is not None else None,
             "skipped_steps": learner.skipped_steps,
         }
         save_checkpoint(
-            ckpt_root, step, model=model, optimizer=optimizer, scheduler=scheduler,
-            state=state, keep_last=cfg.log.keep_last,
+            ckpt_root, step, model=model, optimizer=optimizer, state=state,
+            keep_last=cfg.log.keep_last,
         )  # fmt: skip
 
     writer = MetricsWriter(
@@ -325,9 +374,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> Tra
                 )  # fmt: skip
                 batch = rollout.batch.to(device)
                 t_update = time.perf_counter()
-                metrics = rollout_metrics(batch)
                 generator = torch.Generator().manual_seed(seed)
-                metrics.update(update_step(learner, batch, generator=generator))
+                metrics = update_step(learner, batch, generator=generator)
                 now = time.perf_counter()
                 metrics["time/generation"] = float(rollout.timings["generation_s"])
                 metrics["time/stats"] = float(rollout.timings["stats_s"])

@@ -1,29 +1,28 @@
 """One training step's policy update, top to bottom (CleanRL style).
 
 Given the step's :class:`~entropace.rollout.batch.RolloutBatch` (trajectories with sampling
-log-probs, entropies and PAPO sensitivities at the sampling temperature):
+log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:`update_step`:
 
-(a) controllers, BEFORE the update, from this step's rollout statistics: the clip rule (EPPO's
-    pacer reads per-task mean entropy ``h_k`` of masked tokens) and PAPO's controller (batch
-    mean entropy -> ``w_plus, w_minus``);
-(b) advantages per trajectory (GRPO / Dr.GRPO / RLOO; DAPO's overlong penalty first), DAPO's
+(a) per-task rollout statistics in one pass (:func:`entropace.control.task_sums`), then the
+    controllers, BEFORE the update: the clip rule (EPPO's pacer reads per-task mean entropy
+    ``h_k`` of masked tokens) and PAPO's controller (batch mean entropy -> ``w_plus, w_minus``);
+(b) advantages per trajectory (the registered estimator; DAPO's overlong penalty first), DAPO's
     dynamic-sampling filter, broadcast to masked tokens, optional AgentRL task normalisation;
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
     ``polarity_reweight`` (sum |A| preserved);
 (d) per-token clip bounds from the per-task bounds;
 (e) ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
-    and gradient do not depend on the micro-batch size. Current log-probs come from
-    :func:`entropace.rollout.sequence_token_stats` (``grad=True``); optional k3 KL to a frozen
-    reference and entropy bonus; grad-norm clipping; AdamW + scheduler;
-(f) a non-finite loss or gradient skips that optimiser step (grads zeroed, counted).
+    and gradient do not depend on the micro-batch size (:func:`accumulate_gradients`); a
+    non-finite loss or gradient skips that optimiser step (grads zeroed, counted);
+(f) :func:`update_metrics` turns the sums of the optimiser steps into the step's metrics. Every
+    loss-side metric comes from the loss's own outputs (its metrics and its per-token flags).
 
-Returns a flat dict of metrics (the ``metrics.jsonl`` contract, minus rollout-only keys).
+Returns a flat dict of metrics (the ``metrics.jsonl`` contract, timings aside).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from collections.abc import Callable
@@ -35,10 +34,9 @@ from torch import Tensor
 
 import entropace.algos as algos
 from entropace.algos.aggregation import loss_counts
+from entropace.control import ClipRule, StepSignals, signals_from_sums, task_sums
 from entropace.rollout import sequence_token_stats
 from entropace.rollout.batch import RolloutBatch
-from entropace.train.algorithms import get_advantage_fn
-from entropace.train.clip_rules import ClipRule, StepSignals
 from entropace.train.config import TrainConfig
 
 #: ``reference(input_ids[b, L], attention_mask[b, L]) -> logprobs[b, L]`` of the frozen
@@ -47,9 +45,8 @@ ReferenceFn = Callable[[Tensor, Tensor], Tensor]
 
 logger = logging.getLogger(__name__)
 
-#: Policy losses whose value is A-weighted on every token (zero advantages -> zero loss and
-#: gradient). KL-Cov is not: its penalty ``|log r|`` does not depend on A.
-A_WEIGHTED_LOSSES: frozenset[str] = frozenset({"ppo", "gspo", "clip_cov", "dcpo", "ce_gppo"})
+#: Loss flags logged at the top level (the others as ``loss/<name>``).
+TOP_LEVEL_FLAGS = ("clip_frac_low", "clip_frac_high")
 
 
 @dataclass
@@ -59,10 +56,12 @@ class Learner:
     Attributes:
         model: the policy (a causal LM).
         optimizer, scheduler: AdamW and its LR scheduler (stepped per optimiser step).
-        clip_rule: from :func:`entropace.train.clip_rules.build_clip_rule`.
+        clip_rule: from :func:`entropace.control.build_clip_rule`.
         polarity: :class:`entropace.control.PolarityController` when PAPO is on, else None.
         reference: frozen reference log-probs when ``algorithm.kl_beta > 0``, else None.
         cfg: the resolved run config.
+        loss: the registered policy loss ``algorithm.policy_loss``.
+        loss_config: its validated config (from ``algorithm.loss_options``).
         skipped_steps: cumulative optimiser steps skipped for non-finite loss/gradients.
     """
 
@@ -73,6 +72,8 @@ class Learner:
     polarity: Any | None
     reference: ReferenceFn | None
     cfg: TrainConfig
+    loss: algos.PolicyLoss
+    loss_config: Any
     skipped_steps: int = 0
     params: list[torch.nn.Parameter] = field(default_factory=list)
 
@@ -86,50 +87,35 @@ class Learner:
 # ---------------------------------------------------------------------------------------------
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    n = float(mask.sum())
-    return float((x * mask).sum()) / n if n > 0 else math.nan
+def batch_signals(batch: RolloutBatch) -> tuple[StepSignals, dict[str, float]]:
+    """Per-task signals of the batch (one pass) and the rollout metrics derived from them.
 
-
-def step_signals(batch: RolloutBatch) -> StepSignals:
-    """Per-task ``h_k`` (mean entropy of masked tokens), success rate and reward variance,
-    for the tasks present in the batch (tasks without any response token get no entropy)."""
-    sig = StepSignals()
-    for k, name in enumerate(batch.task_names):
-        sel = batch.task_ids == k
-        if not bool(sel.any()):
-            continue
-        mask = batch.loss_mask[sel]
-        if float(mask.sum()) > 0:
-            sig.task_entropy[name] = _masked_mean(batch.entropy[sel], mask)
-        rewards = batch.rewards[sel].double()
-        sig.task_success[name] = float(batch.success[sel].double().mean())
-        sig.task_reward_var[name] = float(rewards.var(unbiased=False)) if rewards.numel() else 0.0
-    return sig
-
-
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Rollout-side metrics: per task and global success, reward, entropy, abnormal ends,
-    episode and response-token counts."""
+    Metrics: per task ``task/<k>/{success, reward, entropy, abnormal, num_episodes,
+    response_tokens}``; globally ``entropy`` (mean over every masked token), ``reward``,
+    ``success``, ``abnormal``, ``response_tokens``.
+    """
+    sums = task_sums(
+        batch.entropy, batch.loss_mask, batch.rewards, batch.success, batch.task_ids,
+        len(batch.task_names), abnormal=batch.abnormal,
+    )  # fmt: skip
+    sig = signals_from_sums(sums, batch.task_names)
     out: dict[str, float] = {}
-    mask = batch.loss_mask
-    for k, name in enumerate(batch.task_names):
-        sel = batch.task_ids == k
-        if not bool(sel.any()):
-            continue
+    for name in sig.task_success:
         p = f"task/{name}/"
-        out[p + "success"] = float(batch.success[sel].float().mean())
-        out[p + "reward"] = float(batch.rewards[sel].double().mean())
-        out[p + "entropy"] = _masked_mean(batch.entropy[sel], mask[sel])
-        out[p + "abnormal"] = float(batch.abnormal[sel].float().mean())
-        out[p + "num_episodes"] = int(sel.sum())
-        out[p + "response_tokens"] = int(mask[sel].sum())
-    out["entropy"] = _masked_mean(batch.entropy, mask)
-    out["reward"] = float(batch.rewards.double().mean())
-    out["success"] = float(batch.success.float().mean())
-    out["abnormal"] = float(batch.abnormal.float().mean())
-    out["response_tokens"] = int(mask.sum())
-    return out
+        out[p + "success"] = sig.task_success[name]
+        out[p + "reward"] = sig.task_reward[name]
+        out[p + "entropy"] = sig.task_entropy.get(name, math.nan)
+        out[p + "abnormal"] = sig.task_abnormal[name]
+        out[p + "num_episodes"] = sig.task_episodes[name]
+        out[p + "response_tokens"] = sig.task_tokens[name]
+    total = sums.sum(dim=1).tolist()
+    tokens, episodes = total[1], max(total[2], 1.0)
+    out["entropy"] = total[0] / tokens if tokens > 0 else math.nan
+    out["reward"] = total[4] / episodes
+    out["success"] = total[3] / episodes
+    out["abnormal"] = total[6] / episodes
+    out["response_tokens"] = int(round(tokens))
+    return sig, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +138,7 @@ def token_advantages(batch: RolloutBatch, cfg: TrainConfig) -> tuple[Tensor, Ten
         rewards = rewards + algos.overlong_penalty(
             lengths, max_len=a.overlong.max_len, cache_len=a.overlong.cache_len
         ).to(rewards.dtype)
-    adv = get_advantage_fn(a.advantage)(rewards, batch.group_ids)  # [B]
+    adv = algos.get_advantage(a.advantage)(rewards, batch.group_ids)  # [B]
     keep = (
         algos.dynamic_sampling_mask(rewards, batch.group_ids)
         if a.dynamic_sampling
@@ -241,6 +227,21 @@ def current_logprobs(
     return stats.logprob, stats.entropy
 
 
+def _combine(name: str, a: Tensor, b: Tensor) -> Tensor:
+    """Accumulate a metric over micro-batches / optimiser steps: ``*_min`` / ``*_max``
+    metrics (e.g. ``ratio_min``) by min / max, everything else (sums with global counts) by +."""
+    if name.endswith("_min"):
+        return torch.minimum(a, b)
+    if name.endswith("_max"):
+        return torch.maximum(a, b)
+    return a + b
+
+
+def _add(total: dict[str, Tensor], name: str, value: Tensor) -> None:
+    value = value.detach().double()
+    total[name] = _combine(name, total[name], value) if name in total else value
+
+
 def accumulate_gradients(
     learner: Learner,
     mb: MiniBatch,
@@ -260,86 +261,50 @@ def accumulate_gradients(
     Args:
         eps: one ``(eps_low, eps_high)`` for every token (BAPO), else ``mb``'s per-token bounds.
 
-    Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics under
-    ``loss/<name>``, and per-task clip counts ``clip_low``/``clip_high``/``tokens`` (``[K]``
-    vectors indexed by task id) for the clip-fraction metrics.
+    Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics as
+    ``metric/<name>`` and, per task (``[K]`` vectors indexed by task id), the counts of each of
+    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``.
     """
     cfg = learner.cfg
     a = cfg.algorithm
-    loss_fn = algos.get_policy_loss(a.policy_loss)
     num_tokens, num_seqs = loss_counts(mb.loss_mask)  # global over the mini-batch
     counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
     seq_norm = a.seq_norm if a.seq_norm is not None else float(cfg.rollout.max_episode_tokens)
-    options = dict(a.loss_options)
-    if generator is not None and "generator" in inspect.signature(loss_fn).parameters:
-        options.setdefault("generator", generator)  # Clip-Cov's random token pick
-
+    k = len(cfg.tasks.names)
     total: dict[str, Tensor] = {}
-
-    def add(name: str, value: Tensor) -> None:
-        value = value.detach().double()
-        total[name] = _combine(name, total[name], value) if name in total else value
-
     rows = torch.arange(mb.input_ids.shape[0])
     for index in torch.split(rows, cfg.ppo.micro_batch_size):
         micro = mb.select(index)
-        eps_low = micro.eps_low if eps is None else eps[0]
-        eps_high = micro.eps_high if eps is None else eps[1]
         logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
-        out = loss_fn(
-            logprobs,
-            micro.old_logprobs,
-            micro.advantages,
-            micro.loss_mask,
-            eps_low=eps_low,
-            eps_high=eps_high,
-            agg=a.agg,
-            seq_norm=seq_norm,
-            **counts,
-            **options,
-        )
+        inputs = algos.LossInputs(
+            logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
+            eps_low=micro.eps_low if eps is None else eps[0],
+            eps_high=micro.eps_high if eps is None else eps[1],
+            agg=a.agg, seq_norm=seq_norm, generator=generator, **counts,
+        )  # fmt: skip
+        out = learner.loss(inputs, learner.loss_config)
         loss = out.loss
         if learner.reference is not None and a.kl_beta > 0:
             kl = algos.aggregate_loss(
-                algos.kl_k3(logprobs, micro.ref_logprobs),
-                micro.loss_mask,
-                a.agg,
-                seq_norm=seq_norm,
-                **counts,
-            )
+                algos.kl_k3(logprobs, micro.ref_logprobs), micro.loss_mask, a.agg,
+                seq_norm=seq_norm, **counts,
+            )  # fmt: skip
             loss = loss + a.kl_beta * kl
-            add("kl", kl)
+            _add(total, "kl", kl)
         if a.entropy_coef > 0:
             ent = algos.aggregate_loss(entropy, micro.loss_mask, a.agg, seq_norm=seq_norm, **counts)
             loss = loss - a.entropy_coef * ent
         loss.backward()
-        add("loss", loss)
+        _add(total, "loss", loss)
         for name, value in out.metrics.items():
-            add(f"loss/{name}", value)
-
-        # Token-level clip indicators at the bounds used (per task, for the metrics):
-        # low = A < 0 and r < 1 - eps_low; high = A > 0 and r > 1 + eps_high.
-        with torch.no_grad():
-            ratio = torch.exp((logprobs.detach() - micro.old_logprobs).clamp(-20, 20))
-            m = micro.loss_mask > 0
-            low = m & (micro.advantages < 0) & (ratio < 1 - torch.as_tensor(eps_low))
-            high = m & (micro.advantages > 0) & (ratio > 1 + torch.as_tensor(eps_high))
-            k = len(cfg.tasks.names)
-            add("clip_low", torch.bincount(micro.task_ids, low.sum(1).double(), minlength=k))
-            add("clip_high", torch.bincount(micro.task_ids, high.sum(1).double(), minlength=k))
-            add("tokens", torch.bincount(micro.task_ids, m.sum(1).double(), minlength=k))
-            add("approx_kl_sum", (algos.kl_k3(logprobs.detach(), micro.old_logprobs) * m).sum())
+            if name not in out.flags:  # flag fractions are pooled from the flags below
+                _add(total, f"metric/{name}", value)
+        tokens = micro.loss_mask > 0
+        _add(total, "tokens", torch.bincount(micro.task_ids, tokens.sum(1).double(), minlength=k))
+        for name, flag in out.flags.items():
+            per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
+            _add(total, f"flag/{name}", per_task)
     return total
-
-
-def _combine(name: str, a: Tensor, b: Tensor) -> Tensor:
-    """Accumulate a metric over micro-batches / optimiser steps: ``*_min`` / ``*_max``
-    metrics (e.g. ``ratio_min``) by min / max, everything else (sums with global counts) by +."""
-    if name.endswith("_min"):
-        return torch.minimum(a, b)
-    if name.endswith("_max"):
-        return torch.maximum(a, b)
-    return a + b
 
 
 def _grads_finite(params: list[torch.nn.Parameter]) -> bool:
@@ -351,7 +316,7 @@ def _grads_finite(params: list[torch.nn.Parameter]) -> bool:
 
 def optimizer_step(learner: Learner, loss: Tensor) -> float:
     """Clip the gradient norm and step AdamW + scheduler, unless the loss or a gradient is
-    non-finite: then zero the gradients, count the skip and return NaN (section (f))."""
+    non-finite: then zero the gradients, count the skip and return NaN."""
     cfg = learner.cfg
     finite = bool(torch.isfinite(loss)) and _grads_finite(learner.params)
     if finite:
@@ -379,47 +344,38 @@ def optimizer_step(learner: Learner, loss: Tensor) -> float:
 def update_step(
     learner: Learner, batch: RolloutBatch, *, generator: torch.Generator | None = None
 ) -> dict[str, float]:
-    """Consume one rollout batch: (a) controllers, (b) advantages, (c) PAPO, (d) bounds,
-    (e) mini-batches x epochs, (f) non-finite skips. Returns the step's metrics."""
+    """Consume one rollout batch (module docstring, (a)-(f)); returns the step's metrics,
+    the rollout's per-task statistics included."""
     cfg = learner.cfg
     a = cfg.algorithm
     names = batch.task_names
-    metrics: dict[str, float] = {}
     mask = batch.loss_mask
 
-    # (a) controllers, from this step's rollout statistics, before the update
-    signals = step_signals(batch)
+    # (a) per-task statistics (one pass), controllers before the update
+    signals, metrics = batch_signals(batch)
     bounds = learner.clip_rule.on_step(signals)
     w_plus = w_minus = 1.0
     if learner.polarity is not None:
-        w_plus, w_minus = learner.polarity.update(_masked_mean(batch.entropy, mask))
-        metrics["polarity/w_plus"] = float(w_plus)
-        metrics["polarity/w_minus"] = float(w_minus)
-        metrics["polarity/u"] = float(learner.polarity.u)
-        metrics["polarity/rho"] = float(learner.polarity.rho)
+        w_plus, w_minus = learner.polarity.update(metrics["entropy"])
 
     # (b) advantages [B, L] (0 off the mask) and DAPO's filter
     adv, keep = token_advantages(batch, cfg)
-    metrics["advantage_abs_mean"] = _masked_mean(adv.abs(), mask)
+    metrics["advantage_abs_mean"] = float((adv.abs() * mask).sum()) / max(float(mask.sum()), 1.0)
     if a.dynamic_sampling:
         metrics["dapo/kept_frac"] = float(keep.float().mean())
 
     # (c) PAPO: polarity P = A * S (S recorded at sampling), masses before reweighting
     if learner.polarity is not None:
         polarity = algos.entropy_polarity(adv, batch.sensitivity)
-        pos, neg = polarity_masses(polarity, adv, mask)
-        metrics["polarity/pos_mass"] = pos
-        metrics["polarity/neg_mass"] = neg
+        metrics["polarity/pos_mass"], metrics["polarity/neg_mass"] = polarity_masses(
+            polarity, adv, mask
+        )
         adv = algos.polarity_reweight(adv, polarity, mask, w_plus=w_plus, w_minus=w_minus)
 
     # (d) per-token clip bounds from the per-task bounds
-    default = (a.eps_low, a.eps_high)
-    eps_low, eps_high = token_bounds(batch, bounds, default)
-    for k, name in enumerate(names):
-        if bool((batch.task_ids == k).any()):
-            lo, hi = bounds.get(name, default)
-            metrics[f"task/{name}/eps_low"] = float(lo)
-            metrics[f"task/{name}/eps_high"] = float(hi)
+    eps_low, eps_high = token_bounds(batch, bounds, (math.nan, math.nan))  # absent: no rows
+    for name, (lo, hi) in bounds.items():
+        metrics[f"task/{name}/eps_low"], metrics[f"task/{name}/eps_high"] = lo, hi
 
     kept = keep.nonzero().flatten()
     data = MiniBatch(
@@ -435,15 +391,15 @@ def update_step(
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
 
-    # Every loss term is A-weighted (and there is no KL, entropy bonus or KL-Cov penalty) and
-    # every advantage is 0: the gradient is exactly 0, so the forward/backward passes are
-    # skipped and the optimiser steps take zero gradients (AdamW's momentum and weight decay
-    # act exactly as after a full pass; the mini-batch shuffles consume the same randomness).
+    # Every loss term is A-weighted (and there is no KL or entropy bonus) and every advantage
+    # is 0: the gradient is exactly 0, so the forward/backward passes are skipped and the
+    # optimiser steps take zero gradients (AdamW's momentum and weight decay act exactly as
+    # after a full pass; the mini-batch shuffles consume the same randomness).
     zero_update = (
         not bool(adv.abs().sum() > 0)
         and a.kl_beta == 0
         and a.entropy_coef == 0
-        and a.policy_loss in A_WEIGHTED_LOSSES
+        and learner.loss.advantage_weighted
         and not learner.clip_rule.needs_logprobs
     )
     metrics["update/zero_advantage"] = float(zero_update)
@@ -451,9 +407,9 @@ def update_step(
     # (e) epochs x mini-batches of trajectories; one optimiser step per mini-batch
     learner.model.train()
     sums: dict[str, Tensor] = {}
-    grad_norms: list[float] = []
     losses: list[float] = []
-    bapo_bounds: list[tuple[float, float]] = []
+    grad_norms: list[float] = []
+    searched: list[tuple[float, float]] = []
     for _epoch in range(cfg.ppo.epochs if kept.numel() else 0):
         order = kept[torch.randperm(kept.numel(), generator=generator)] if cfg.ppo.shuffle else kept
         for index in torch.tensor_split(order, min(cfg.ppo.num_minibatches, kept.numel())):
@@ -461,7 +417,7 @@ def update_step(
             eps = None
             if learner.clip_rule.needs_logprobs:  # BAPO: search bounds per optimiser step
                 eps = _minibatch_bounds(learner, mb)
-                bapo_bounds.append(eps)
+                searched.append(eps)
             if zero_update:
                 for p in learner.params:
                     p.grad = torch.zeros_like(p)
@@ -470,54 +426,76 @@ def update_step(
                 out = accumulate_gradients(learner, mb, eps=eps, generator=generator)
             grad_norms.append(optimizer_step(learner, out["loss"]))
             losses.append(float(out["loss"]))
-            if not math.isfinite(grad_norms[-1]):
-                continue  # a skipped step's metrics are not the update's
-            for name, value in out.items():
-                if name != "loss":
-                    sums[name] = _combine(name, sums[name], value) if name in sums else value
+            if math.isfinite(grad_norms[-1]):  # a skipped step's metrics are not the update's
+                for name, value in out.items():
+                    if name != "loss":
+                        _combine_into(sums, name, value)
 
-    # (f) metrics of the update: means over the optimiser steps taken (skipped ones excluded)
-    steps = len(losses)
-    metrics["optimizer_steps"] = steps
-    metrics["skipped_steps"] = learner.skipped_steps
-    metrics["lr"] = float(learner.scheduler.get_last_lr()[0])
-    if steps and zero_update:
-        metrics["loss"] = metrics["grad_norm"] = 0.0
-    elif steps and not sums:  # every optimiser step was skipped (non-finite)
-        metrics["loss"] = metrics["grad_norm"] = math.nan
-    if steps and sums:
-        finite_losses = [x for x in losses if math.isfinite(x)]
-        finite_norms = [x for x in grad_norms if math.isfinite(x)]
-        metrics["loss"] = sum(finite_losses) / len(finite_losses) if finite_losses else math.nan
-        metrics["grad_norm"] = sum(finite_norms) / len(finite_norms) if finite_norms else math.nan
-        tokens = sums["tokens"]
-        n_tok = float(tokens.sum())
-        metrics["clip_frac_low"] = float(sums["clip_low"].sum()) / max(n_tok, 1.0)
-        metrics["clip_frac_high"] = float(sums["clip_high"].sum()) / max(n_tok, 1.0)
-        metrics["approx_kl"] = float(sums["approx_kl_sum"]) / max(n_tok, 1.0)
-        for k, name in enumerate(names):
-            if float(tokens[k]) > 0:
-                metrics[f"task/{name}/clip_frac_low"] = float(sums["clip_low"][k] / tokens[k])
-                metrics[f"task/{name}/clip_frac_high"] = float(sums["clip_high"][k] / tokens[k])
-        finite_steps = len(finite_norms)
-        if "kl" in sums:
-            metrics["kl"] = float(sums["kl"]) / finite_steps
-        for name, value in sums.items():  # the loss's own metrics: means over optimiser steps
-            if name.startswith("loss/") and value.numel() == 1:
-                extreme = name.endswith(("_min", "_max"))
-                metrics[name] = float(value) if extreme else float(value) / finite_steps
-    present = {f"task/{k}/" for k in signals.task_success}
-    for key, value in learner.clip_rule.metrics().items():  # pacer m_k, z_k; BAPO's c_low ...
-        if not key.startswith("task/") or key[: key.index("/", 5) + 1] in present:
-            metrics[key] = value
-    if bapo_bounds:
-        lo = sum(b[0] for b in bapo_bounds) / len(bapo_bounds)
-        hi = sum(b[1] for b in bapo_bounds) / len(bapo_bounds)
-        for name in names:
-            if f"task/{name}/eps_low" in metrics:
-                metrics[f"task/{name}/eps_low"] = lo
-                metrics[f"task/{name}/eps_high"] = hi
+    # (f) metrics of the update and of the controllers
+    metrics.update(update_metrics(learner, names, losses, grad_norms, sums, zero_update))
+    if searched:  # BAPO: the bounds used are the mean of the per-optimiser-step searches
+        lo = sum(b[0] for b in searched) / len(searched)
+        hi = sum(b[1] for b in searched) / len(searched)
+        for name in bounds:
+            metrics[f"task/{name}/eps_low"], metrics[f"task/{name}/eps_high"] = lo, hi
+    metrics.update(learner.clip_rule.metrics(bounds))  # pacer m_k, z_k; BAPO's c_low ...
+    if learner.polarity is not None:
+        metrics.update(learner.polarity.metrics())
     return metrics
+
+
+def _combine_into(sums: dict[str, Tensor], name: str, value: Tensor) -> None:
+    sums[name] = _combine(name, sums[name], value) if name in sums else value
+
+
+def update_metrics(
+    learner: Learner,
+    names: list[str],
+    losses: list[float],
+    grad_norms: list[float],
+    sums: dict[str, Tensor],
+    zero_update: bool,
+) -> dict[str, float]:
+    """The update's metrics from the sums of its optimiser steps (skipped steps excluded).
+
+    ``loss`` and ``grad_norm`` are means over the optimiser steps taken; the loss's own metrics
+    (``approx_kl`` at the top level, the others as ``loss/<name>``) are means over them, or
+    the min / max for ``*_min`` / ``*_max``; the loss's flags are pooled over every masked
+    token of the step: ``clip_frac_low`` / ``clip_frac_high`` at the top level and per task,
+    the others as ``loss/<name>`` and per task.
+    """
+    out: dict[str, float] = {
+        "optimizer_steps": len(losses),
+        "skipped_steps": learner.skipped_steps,
+        "lr": float(learner.scheduler.get_last_lr()[0]),
+    }
+    finite = [i for i, g in enumerate(grad_norms) if math.isfinite(g)]
+    if not losses:
+        return out
+    if zero_update:
+        return {**out, "loss": 0.0, "grad_norm": 0.0}
+    if not finite:  # every optimiser step was skipped (non-finite)
+        return {**out, "loss": math.nan, "grad_norm": math.nan}
+    out["loss"] = sum(losses[i] for i in finite) / len(finite)
+    out["grad_norm"] = sum(grad_norms[i] for i in finite) / len(finite)
+    if "kl" in sums:
+        out["kl"] = float(sums["kl"]) / len(finite)
+    tokens = sums["tokens"]
+    for key, value in sums.items():
+        if key.startswith("metric/"):
+            name = key[len("metric/") :]
+            extreme = name.endswith(("_min", "_max"))
+            mean = float(value) if extreme else float(value) / len(finite)
+            out["approx_kl" if name == "approx_kl" else f"loss/{name}"] = mean
+        elif key.startswith("flag/"):
+            name = key[len("flag/") :]
+            out[name if name in TOP_LEVEL_FLAGS else f"loss/{name}"] = float(
+                value.sum() / tokens.sum().clamp_min(1.0)
+            )
+            for k, task in enumerate(names):
+                if float(tokens[k]) > 0:
+                    out[f"task/{task}/{name}"] = float(value[k] / tokens[k])
+    return out
 
 
 def _minibatch_bounds(learner: Learner, mb: MiniBatch) -> tuple[float, float]:
@@ -534,7 +512,8 @@ def _minibatch_bounds(learner: Learner, mb: MiniBatch) -> tuple[float, float]:
             parts.append(full)
     logprobs = torch.cat(parts)
     eps = learner.clip_rule.on_minibatch(logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask)
-    assert eps is not None, "a clip rule with needs_logprobs must return bounds"
+    if eps is None:
+        raise RuntimeError("a clip rule with needs_logprobs must return bounds from on_minibatch")
     return eps
 
 

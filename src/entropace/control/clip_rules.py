@@ -1,0 +1,208 @@
+"""Clip rules: where each token's clip bounds ``[1 - eps_low, 1 + eps_high]`` come from.
+
+A registry (:data:`CLIP_RULES`, chosen by name: ``algorithm.clip_rule`` in our trainer, the
+``algorithm=`` recipe in the TRL and verl plug-ins) of small adapters around the controllers of
+this package, with one interface, so that no caller branches on the name:
+
+* ``on_step(signals) -> {task: (eps_low, eps_high)}``: once per training step, from that step's
+  rollout statistics (:class:`~entropace.control.signals.StepSignals`), BEFORE the update
+  (EPPO's pacer updates here). Tasks present in ``signals`` get bounds.
+* ``on_minibatch(logprobs, old_logprobs, advantages, mask) -> (eps_low, eps_high) | None``:
+  once per optimiser step when ``needs_logprobs`` (BAPO's search, from the current policy).
+* ``metrics(tasks) -> {name: float}``: the controller state to log for the given tasks
+  (``task/<k>/pace_m``, ``task/<k>/pace_z``, ``bapo/c_low``, ...).
+* ``state_dict()`` / ``load_state_dict()``: JSON-serialisable, for checkpoints.
+
+Every rule is built from one :class:`ClipSettings` (the fixed bounds and the controllers'
+validated configs) by :func:`build_clip_rule`; add one with ``@register_clip_rule("name")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from entropace.control.bapo import BapoClipController, BapoConfig
+from entropace.control.pacer import EntropyPacer, PacerConfig
+from entropace.control.signals import StepSignals
+
+__all__ = [
+    "CLIP_RULES",
+    "BapoClip",
+    "ClipRule",
+    "ClipSettings",
+    "FixedClip",
+    "PacerClip",
+    "build_clip_rule",
+    "register_clip_rule",
+]
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    """What a clip rule is built from.
+
+    Attributes:
+        eps_low, eps_high: the fixed bounds (``fixed``), and BAPO's bounds before its first
+            search.
+        pacer: EPPO's pacer options (``pacer``).
+        bapo: BAPO's search options (``bapo``).
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    pacer: PacerConfig = field(default_factory=PacerConfig)
+    bapo: BapoConfig = field(default_factory=BapoConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("eps_low", "eps_high"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0; got {value!r}")
+        if not self.eps_low < 1:
+            raise ValueError(
+                f"eps_low must be < 1 (the lower bound is 1 - eps_low); got {self.eps_low}"
+            )
+
+
+class ClipRule(Protocol):
+    #: True when ``on_minibatch`` needs the current policy's log-probs (one extra no-grad
+    #: forward pass per optimiser step).
+    needs_logprobs: bool
+
+    def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]: ...
+
+    def on_minibatch(
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor
+    ) -> tuple[float, float] | None: ...
+
+    def metrics(self, tasks: Iterable[str]) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+#: ``name -> constructor(settings)``.
+CLIP_RULES: dict[str, Callable[[ClipSettings], ClipRule]] = {}
+
+
+def register_clip_rule(name: str) -> Callable[[type], type]:
+    """Class decorator adding a clip rule whose ``__init__`` takes a :class:`ClipSettings`."""
+
+    def decorator(cls: type) -> type:
+        if name in CLIP_RULES:
+            raise ValueError(f"clip rule {name!r} is already registered")
+        CLIP_RULES[name] = cls
+        return cls
+
+    return decorator
+
+
+def build_clip_rule(name: str, settings: ClipSettings | None = None) -> ClipRule:
+    """The clip rule ``name`` built from ``settings`` (defaults when None); ``KeyError``
+    listing the known names otherwise."""
+    if name not in CLIP_RULES:
+        raise KeyError(f"unknown clip rule {name!r}; known: {sorted(CLIP_RULES)}")
+    return CLIP_RULES[name](settings or ClipSettings())
+
+
+class _Stateless:
+    needs_logprobs = False
+
+    def on_minibatch(self, *args: Tensor) -> tuple[float, float] | None:
+        return None
+
+    def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+@register_clip_rule("fixed")
+class FixedClip(_Stateless):
+    """The same ``(eps_low, eps_high)`` for every task and step (PPO / GRPO / DAPO ...)."""
+
+    def __init__(self, settings: ClipSettings) -> None:
+        self.eps = (float(settings.eps_low), float(settings.eps_high))
+
+    def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
+        return {k: self.eps for k in signals.task_success}
+
+
+@register_clip_rule("pacer")
+class PacerClip:
+    """EPPO: per-task bounds from :class:`entropace.control.EntropyPacer` (ALGORITHMS.md 3).
+
+    The pacer sees ``h_k`` (or, for the ablations, the success rate / reward variance) of the
+    tasks present; absent tasks keep their state and last eps. A task present without any
+    policy token (no entropy) gets the bounds it last had, ``eps0`` if it never had any.
+    """
+
+    needs_logprobs = False
+
+    def __init__(self, settings: ClipSettings) -> None:
+        self.pacer = EntropyPacer(config=settings.pacer)
+
+    def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
+        self.pacer.update(
+            signals.task_entropy,
+            task_success=signals.task_success,
+            task_reward_var=signals.task_reward_var,
+        )
+        bounds = self.pacer.bounds()
+        cfg = self.pacer.config
+        default = (cfg.eps0, cfg.eps0 if cfg.eps_high0 is None else cfg.eps_high0)
+        return {k: tuple(map(float, bounds.get(k, default))) for k in signals.task_success}
+
+    def on_minibatch(self, *args: Tensor) -> tuple[float, float] | None:
+        return None
+
+    def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
+        """``task/<k>/pace_m`` (m_k), ``task/<k>/pace_z`` (z_k), ``task/<k>/pace_delta``
+        (trend) and ``task/<k>/pace_ref`` (reference; absent during warmup) of ``tasks``."""
+        return self.pacer.metrics(list(tasks))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.pacer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pacer.load_state_dict(state)
+
+
+@register_clip_rule("bapo")
+class BapoClip:
+    """BAPO: bounds searched once per optimiser step by
+    :class:`entropace.control.BapoClipController` from the current policy's log-probs."""
+
+    needs_logprobs = True
+
+    def __init__(self, settings: ClipSettings) -> None:
+        self.ctrl = BapoClipController(config=settings.bapo)
+        self.eps = (float(settings.eps_low), float(settings.eps_high))
+
+    def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
+        return {k: self.eps for k in signals.task_success}
+
+    def on_minibatch(
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor
+    ) -> tuple[float, float] | None:
+        lo, hi = self.ctrl.update(logprobs, old_logprobs, advantages, mask)
+        return float(lo), float(hi)
+
+    def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
+        """``bapo/c_low``, ``bapo/c_high``, ``bapo/positive_share`` of the last search."""
+        return {k: float(v) for k, v in self.ctrl.metrics().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.ctrl.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ctrl.load_state_dict(state)
