@@ -28,6 +28,7 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E40
 
 from entropace import algos  # noqa: E402
 from entropace.integrations.verl import losses as vl  # noqa: E402
+from entropace.integrations.verl import plugin  # noqa: E402, F401  (registers, as import verl does)
 
 AGG_MODES = [
     "token-mean",
@@ -99,6 +100,10 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
         assert name in result["names"]
     assert result["mod"] == "entropace.integrations.verl.losses"
     assert result["registered"]["losses"] == ["eppo", "papo", "eppo_papo", "dcpo", "ce_gppo"]
+    # with the `verl` extra's light dependencies, every part registers in every process
+    assert result["registered"]["trainer"] == ["entropace"]
+    assert result["registered"]["agent_loop"] == ["entropace"]
+    assert "language_model/fsdp/cuda/nvidia" in result["registered"]["engine"]
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)

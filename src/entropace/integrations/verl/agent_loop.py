@@ -4,8 +4,11 @@ A dataset row names its family and instance (see :func:`dataset_rows`)::
 
     {"data_source": "db", "agent_name": "entropace",
      "prompt": [{"role": "system", ...}, {"role": "user", <first observation>}],
-     "extra_info": {"entropace": {"env": "db", "seed": 17, "options": {"difficulty": "easy"},
-                                  "max_turns": null}}}
+     "extra_info": {"entropace": {"env": "db", "seed": 17,
+                                  "options": '{"difficulty": "easy"}', "max_turns": null}}}
+
+(``options``: a mapping, or its JSON text as :func:`dataset_rows` writes it, since parquet
+cannot store an empty struct).
 
 and verl's agent-loop worker calls :meth:`EntropaceAgentLoop.run` with the row's fields. The
 loop builds ``entropace.envs.make(env, max_turns=..., **options)``, resets it with ``seed``,
@@ -26,6 +29,7 @@ and why the episode ended.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -68,10 +72,13 @@ def episode_spec(kwargs: Mapping[str, Any]) -> dict[str, Any]:
             "'seed': <int>, 'options': {...}}} (see entropace.integrations.verl.agent_loop."
             "dataset_rows)"
         )
+    options = spec.get("options") or {}
+    if isinstance(options, str):  # stored as JSON text (parquet cannot hold empty structs)
+        options = json.loads(options) if options else {}
     return {
         "env": str(spec["env"]),
         "seed": int(spec["seed"]),
-        "options": dict(spec.get("options") or {}),
+        "options": dict(options),
         "max_turns": None if spec.get("max_turns") is None else int(spec["max_turns"]),
     }
 
@@ -205,7 +212,7 @@ def dataset_rows(
                         "entropace": {
                             "env": family,
                             "seed": int(seed),
-                            "options": opts,
+                            "options": json.dumps(opts, sort_keys=True),
                             "max_turns": max_turns,
                         },
                         "split": split,
