@@ -369,10 +369,11 @@ def test_empty_and_batched_shapes() -> None:
 
 
 def test_default_chunk_size() -> None:
-    assert default_head_chunk_size(49_152) == 170  # 32 MiB / (4 * 49,152)
-    assert default_head_chunk_size(151_936) == 55
-    assert default_head_chunk_size(10**7) == 16  # floor
+    assert default_head_chunk_size(8_192) == 1024  # 32 MiB / (4 * 8,192)
+    assert default_head_chunk_size(49_152) == 256  # floor (170 by the byte budget)
+    assert default_head_chunk_size(151_936) == 256
     assert default_head_chunk_size(49_152, "cuda") == 1365  # 256 MiB on accelerators
+    assert default_head_chunk_size(151_936, "cuda") == 441
 
 
 @pytest.mark.parametrize(

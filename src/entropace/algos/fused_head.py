@@ -49,13 +49,15 @@ from entropace.algos.token_stats import TokenStats, token_stats
 
 __all__ = ["hidden_token_stats", "default_head_chunk_size"]
 
-# Rows per forward chunk: the float32 [rows, V] logits buffer holds about this many bytes. The
-# matmul re-reads all of W once per chunk, so chunks must be larger than token_stats' cache-sized
-# ones (token_stats still walks each chunk in cache-sized pieces). CPU value: measured in
-# benchmarks/results/fused_head.md; accelerators: a bound, not a measured optimum.
+# Rows per forward chunk: the float32 [rows, V] logits buffer holds about this many bytes, and at
+# least _MIN_ROWS rows. The forward's matmul re-reads all of W (V x d) once per chunk: with rows
+# well below d that traffic exceeds the logits' own, and the fused forward falls behind the
+# unfused one (measured on CPU at d = 576: 1.3x slower at 55 rows, parity from 256 rows; see
+# benchmarks/results/fused_head.md). token_stats still walks each chunk in cache-sized pieces.
+# Accelerators: a bound, not a measured optimum.
 _CHUNK_BYTES: dict[str, int] = {"cpu": 32 * 2**20}
 _CHUNK_BYTES_ACCELERATOR = 256 * 2**20
-_MIN_ROWS = 16
+_MIN_ROWS = 256
 # Vocabulary rows per block of the backward tiles (and of the forward's up-cast of low-precision
 # weights).
 _VOCAB_BLOCK = 4096
@@ -65,7 +67,8 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def default_head_chunk_size(vocab_size: int, device: torch.device | str = "cpu") -> int:
     """Rows per chunk: a float32 ``[rows, vocab_size]`` buffer of ~32 MiB on CPU, ~256 MiB on
-    accelerators, and at least 16 rows (so the matmul is not dominated by reading ``W``)."""
+    accelerators, and at least 256 rows (so the matmul is not dominated by re-reading ``W``:
+    at V = 151,936 the CPU chunk is 256 rows, 148 MiB)."""
     budget = _CHUNK_BYTES.get(torch.device(device).type, _CHUNK_BYTES_ACCELERATOR)
     return max(_MIN_ROWS, budget // (4 * max(1, vocab_size)))
 
