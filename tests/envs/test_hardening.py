@@ -295,3 +295,38 @@ def test_nested_user_namespaces_are_disabled() -> None:
 def test_read_tree_of_built_archive_still_works() -> None:
     tree = read_tree(build_archive([FileSpec("x/y.txt", b"1\n")]))
     assert tree["x/y.txt"].content == b"1\n" and tree["x"].kind == "dir"
+
+
+def test_bwrap_without_disable_userns_warns() -> None:
+    from entropace.envs.os.sandbox import _supports
+
+    true = shutil.which("true")
+    assert true is not None
+    with pytest.warns(RuntimeWarning, match="nested user namespaces"):
+        assert _supports(true, "--disable-userns") is False
+
+
+@needs_bwrap
+def test_without_unshare_the_fallback_warns_and_still_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from entropace.envs.os import sandbox as sandbox_mod
+
+    real_which = shutil.which
+    monkeypatch.setattr(
+        sandbox_mod.shutil, "which", lambda name: None if name == "unshare" else real_which(name)
+    )
+    sandbox_mod._probe.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="inode-capped"):
+            box = sandbox_mod.Sandbox(sandbox_mod.SandboxLimits(timeout_s=2.0))
+        assert box.unshare is None
+        state = build_archive([FileSpec("a.txt", b"keep\n")])
+        r = box.run("rm /.io/out; ln -s out /.io/out", state)  # no RecursionError here either
+        assert r.error is None and r.output == b"" and r.state is not None
+        r = box.run("truncate -s 8M s1", state)
+        assert r.state is None and "sparse" in (r.error or "")
+        r = box.run("df -i /work | awk 'NR > 1 {print $2}'", state)
+        assert int(r.output) > 4096  # bwrap's own tmpfs: inodes not capped (hence the warning)
+    finally:
+        sandbox_mod._probe.cache_clear()

@@ -232,6 +232,26 @@ def _probe(bwrap: str, euid: int, unshare: str | None) -> tuple[int | None, bool
     return None, False, problem
 
 
+@functools.lru_cache(maxsize=8)
+def _supports(bwrap: str, option: str) -> bool:
+    """Whether ``bwrap --help`` lists ``option``; warns once when it does not."""
+    try:
+        text = subprocess.run(  # noqa: S603 - fixed argv
+            [bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if option in text:
+        return True
+    warnings.warn(
+        f"{bwrap} has no {option} (bubblewrap < 0.8): commands in the os sandbox can create "
+        "nested user namespaces, and so mount tmpfs whose size the sandbox does not cap",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return False
+
+
 def empty_state() -> bytes:
     """A tar archive holding only an empty ``work/`` directory."""
     import io
@@ -290,6 +310,8 @@ class Sandbox:
             bwrap, host_uid, unshare = _require()
         self.bwrap = bwrap
         self.unshare = unshare
+        # --disable-userns needs bubblewrap >= 0.8; older ones cannot stop nested namespaces.
+        self._no_userns = ["--disable-userns"] if _supports(bwrap, "--disable-userns") else []
         self._host_uid = host_uid if os.geteuid() == 0 else None
 
     def _argv(self, command: str, passwd_fd: int, group_fd: int, fstab_fd: int | None) -> list[str]:
@@ -316,7 +338,7 @@ class Sandbox:
         return [
             *outer,
             self.bwrap,
-            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--unshare-all", "--unshare-user", *self._no_userns,
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID),
             "--ro-bind", "/usr", "/usr",
