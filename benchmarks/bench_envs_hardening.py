@@ -8,7 +8,10 @@
   adversarial shapes at growing sizes (best of 5; the old ones run once above 32 KiB and are
   skipped at 1 MiB, where they take 29 s and 12 s).
 
-Run: ``python benchmarks/bench_envs_hardening.py --before 6811e00 --rounds 30``
+* with ``--flood``: peak host kernel memory while one command creates 400,000 empty files,
+  with and without the inode caps.
+
+Run: ``python benchmarks/bench_envs_hardening.py --before 6811e00 --rounds 30 --flood``
 """
 
 from __future__ import annotations
@@ -115,14 +118,58 @@ def bench_parsers(rev: str) -> list[str]:
     return rows
 
 
+def _kernel_kib() -> int:
+    """Slab + Shmem of the whole host (/proc/meminfo), KiB: where tmpfs inodes and data live."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return int(fields["Slab"].split()[0]) + int(fields["Shmem"].split()[0])
+
+
+def _sample(done: Any, peak: list[int]) -> None:
+    while not done.is_set():
+        peak[0] = max(peak[0], _kernel_kib())
+        time.sleep(0.01)
+
+
+def bench_file_flood() -> list[str]:
+    """Peak host kernel memory while one command creates 400,000 empty files in /work and
+    in /tmp (sampled every 10 ms; global, so other jobs on the machine add noise)."""
+    import threading
+
+    from entropace.envs.os.sandbox import Sandbox, SandboxLimits, _require, empty_state
+
+    bwrap, host_uid, unshare = _require()
+    command = (
+        "for d in /work /tmp; do cd $d && seq 400000 | xargs touch 2>/dev/null; ls | wc -l; done"
+    )
+    rows = ["| variant | files made (/work, /tmp) | peak growth of Slab+Shmem (MiB) | outcome |",
+            "|---|---|---|---|"]  # fmt: skip
+    for name, outer in (("inode-capped (default)", unshare), ("bwrap --tmpfs fallback", None)):
+        box = Sandbox(SandboxLimits(timeout_s=20.0), bwrap=bwrap, host_uid=host_uid, unshare=outer)
+        base = _kernel_kib()
+        peak = [base]
+        done = threading.Event()
+
+        thread = threading.Thread(target=_sample, args=(done, peak))
+        thread.start()
+        result = box.run(command, empty_state())
+        done.set()
+        thread.join()
+        made = ", ".join(result.output.decode().split()) or "-"
+        outcome = result.error or f"kept (exit {result.exit_code})"
+        rows.append(f"| {name} | {made} | {(peak[0] - base) / 1024:.0f} | {outcome[:70]} |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--before", default="6811e00", help="git revision of the 'before' code")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--flood", action="store_true", help="also the 400k-file flood (~1 min)")
     args = parser.parse_args()
     print("# Environment hardening: before / after\n")
+    flood = " --flood" if args.flood else ""
     print(f"Command: `python benchmarks/bench_envs_hardening.py --before {args.before} "
-          f"--rounds {args.rounds}`\n")  # fmt: skip
+          f"--rounds {args.rounds}{flood}`\n")  # fmt: skip
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"Machine: {platform.machine()}, Linux {platform.release()}, Python "
           f"{platform.python_version()}, {bwrap}, {os.cpu_count()} CPUs.\n")  # fmt: skip
@@ -131,6 +178,9 @@ def main() -> None:
     print("\n".join(bench_sandbox(args.before, args.rounds)))
     print("\n## Parsers on adversarial input\n")
     print("\n".join(bench_parsers(args.before)))
+    if args.flood:
+        print("\n## `os`: one command creating 400,000 empty files (20 s limit)\n")
+        print("\n".join(bench_file_flood()))
     print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}.")
 
 
