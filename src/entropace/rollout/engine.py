@@ -39,9 +39,10 @@ from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
 from entropace.rollout.kvcache import (
     PrefixKV,
     batch_cache,
+    batch_layout,
+    kept_prefixes,
     kv_reuse_support,
     prefill_prefixes,
-    row_prefixes,
 )
 from entropace.rollout.stats import sequence_token_stats
 from entropace.rollout.types import END_REASONS, RolloutRequest, RolloutResult
@@ -246,8 +247,7 @@ class _Engine:
         budgets = [self.budget(ep) for ep in chunk]
         cache = None
         if use_cache:
-            uncached = max(n - c for n, c in zip(lengths, cached, strict=True))
-            keep = [max(0, n - uncached) for n in lengths]
+            uncached, keep = batch_layout(lengths, cached)
             reserve = uncached + max(budgets)  # what generate appends, at most
             cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached, reserve)
             self.kv_counts["cached_tokens"] += sum(keep)
@@ -268,15 +268,8 @@ class _Engine:
             cache=cache,
         )
         if self.reuse_kv and cache is not None:
-            # Row i holds ids (columns W - n_i .. W) then its generated tokens; the cache has
-            # every column but the last generated one. Keep the tokens advance() will keep.
-            columns = cache.get_seq_length()
-            starts = [width - n for n in lengths]
-            kept = [
-                min(n + min(len(g), b), columns - s)
-                for n, g, b, s in zip(lengths, new, budgets, starts, strict=True)
-            ]
-            for ep, kv in zip(chunk, row_prefixes(cache, starts, kept), strict=True):
+            kept = [min(len(g), b) for g, b in zip(new, budgets, strict=True)]  # as advance()
+            for ep, kv in zip(chunk, kept_prefixes(cache, lengths, kept), strict=True):
                 ep.kv = kv
         return new
 

@@ -288,3 +288,25 @@ def row_prefixes(cache: Any, starts: Sequence[int], lengths: Sequence[int]) -> l
         out.append(PrefixKV([(k[row, :, start : start + n], v[row, :, start : start + n])
                              for k, v in layers]))  # fmt: skip
     return out
+
+
+def batch_layout(lengths: Sequence[int], cached: Sequence[int]) -> tuple[int, list[int]]:
+    """``(U, keep)`` for rows of ``n_i = lengths[i]`` tokens with ``c_i = cached[i]`` cached:
+    every row prefills the last ``U = max_i (n_i - c_i)`` columns of the left-padded batch and
+    takes its first ``keep_i = max(0, n_i - U)`` tokens from its cache (module docstring)."""
+    uncached = max(n - c for n, c in zip(lengths, cached, strict=True))
+    return uncached, [max(0, n - uncached) for n in lengths]
+
+
+def kept_prefixes(cache: Any, lengths: Sequence[int], kept: Sequence[int]) -> list[PrefixKV]:
+    """Each row's cache after ``generate``, limited to the tokens its episode keeps.
+
+    Row ``i`` of the ``[b, W]`` input holds its ``n_i = lengths[i]`` ids at columns
+    ``[W - n_i, W)``, followed by its generated tokens, of which it keeps the first
+    ``kept[i]`` (up to its stop token and its own budget). The cache holds every column but
+    the last generated one, so row ``i`` keeps ``min(n_i + kept_i, S - (W - n_i))`` tokens.
+    """
+    width, columns = max(lengths), cache.get_seq_length()
+    starts = [width - n for n in lengths]
+    keep = [min(n + k, columns - s) for n, k, s in zip(lengths, kept, starts, strict=True)]
+    return row_prefixes(cache, starts, keep)
