@@ -169,6 +169,8 @@ def test_settings_errors_and_overrides() -> None:
     assert s.clip_rule == "fixed" and dict(s.loss_options) == {"r_max": 5.0}
     with pytest.raises(ValueError, match="loss_mode"):
         settings_from_config(_config("vanilla"))
+    with pytest.raises(ValueError, match="matching loss_mode"):
+        settings_from_config(_config("eppo", {"algorithm": "dcpo"}))
     with pytest.raises(ValueError, match="bapo"):
         settings_from_config(_config("eppo", {"algorithm": "bapo"}))
     hook = EntropaceHook(settings_from_config(_config("eppo_papo")))

@@ -127,6 +127,14 @@ def settings_from_config(config: Any) -> HookSettings:
         )
     recipe = section.get("algorithm") or LOSS_RECIPES[loss_mode]
     a = algorithm_config(recipe, dict(section.get("options") or {}))
+    from entropace.integrations.verl.losses import LOSS_NAMES
+
+    if a.policy_loss != LOSS_NAMES[loss_mode]:
+        raise ValueError(
+            f"entropace.algorithm={recipe!r} trains with policy loss {a.policy_loss!r}, but "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} runs "
+            f"{LOSS_NAMES[loss_mode]!r}; pick a matching loss_mode"
+        )
     if a.clip_rule not in ("fixed", "pacer"):
         raise ValueError(
             f"entropace.algorithm={recipe!r} uses clip rule {a.clip_rule!r}, which needs the "
