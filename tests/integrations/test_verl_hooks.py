@@ -183,3 +183,20 @@ def test_settings_errors_and_overrides() -> None:
     no_source.non_tensor_batch.pop("data_source")
     with pytest.raises(ValueError, match="data_source"):
         hook.on_old_log_prob(no_source)
+
+
+def test_padding_rows_enter_no_statistic() -> None:
+    cfg = _config("eppo")
+    a, b = EntropaceHook(settings_from_config(cfg)), EntropaceHook(settings_from_config(cfg))
+    data = _batch(0)
+    ma = a.on_old_log_prob(data, valid=[True] * 6)
+    # row 5 ("db", reward 0) as a synthetic padding copy of row 0 (reward 1, same task)
+    padded = _batch(0)
+    padded.batch["token_level_scores"][5] = padded.batch["token_level_scores"][0]
+    padded.batch["response_mask"][5] = 0.0
+    mb = b.on_old_log_prob(padded, valid=[True] * 5 + [False])
+    assert mb["entropace/task/db/success"] == pytest.approx(0.5)  # rows 0, 2 only
+    assert ma["entropace/task/db/success"] == pytest.approx(1 / 3)
+    assert torch.equal(padded.batch["entropace_eps_low"][5], padded.batch["entropace_eps_low"][0])
+    with pytest.raises(ValueError, match="one entry per row"):
+        b.on_old_log_prob(_batch(1), valid=[True])

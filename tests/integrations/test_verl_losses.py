@@ -189,7 +189,7 @@ def test_baselines_equal_the_entropace_registry(name: str, agg: str) -> None:
     cfg = _config(name, agg, low=0.16, high=0.2)
     options = {"r_max": 4.0} if name == "dcpo" else {"beta1": 0.5}
     with vl.token_bounds(vl.TokenBounds(eps_low=None, eps_high=None, options=options)):
-        loss, grad, _ = _loss_and_grad(get_policy_loss_fn(name), d, cfg, agg)
+        loss, grad, metrics = _loss_and_grad(get_policy_loss_fn(name), d, cfg, agg)
     spec = algos.get_policy_loss(name)
     new = d["new"].clone().requires_grad_(True)
     inputs = algos.LossInputs(
@@ -199,6 +199,10 @@ def test_baselines_equal_the_entropace_registry(name: str, agg: str) -> None:
     ref.loss.backward()
     torch.testing.assert_close(loss, ref.loss.detach(), rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(grad, new.grad, rtol=1e-9, atol=1e-12)
+    # verl's clip-fraction metric counts where THIS loss's clip binds (DCPO: its own bounds)
+    clipped = ref.flags["clip_frac_low"] | ref.flags["clip_frac_high"]
+    m = d["mask"].bool()
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(float(clipped[m].double().mean()))
 
 
 def test_verl_agg_factor_rejects_missing_global_counts() -> None:

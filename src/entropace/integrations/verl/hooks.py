@@ -198,7 +198,7 @@ class EntropaceHook:
         index = {n: i for i, n in enumerate(self.tasks)}
         return torch.tensor([index[n] for n in names], dtype=torch.long), self.tasks
 
-    def on_old_log_prob(self, data: Any) -> dict[str, float]:
+    def on_old_log_prob(self, data: Any, valid: Sequence[bool] | None = None) -> dict[str, float]:
         """Pace the clip range from this step's rollout and attach the per-token bounds.
 
         Args:
@@ -206,6 +206,8 @@ class EntropaceHook:
                 (``[B, T]``), ``non_tensor_batch["data_source"]`` (``[B]``); optional
                 ``batch["token_level_scores"]`` / ``batch["rm_scores"]`` (``[B, T]``) and
                 ``non_tensor_batch["entropace_success"]``.
+            valid: ``[B]``, False on rows that are not episodes (verl's synthetic padding
+                samples, which copy a real row's fields): they enter no statistic.
 
         Returns:
             the step's metrics so far (also kept in :attr:`metrics`). When the rule is the
@@ -237,8 +239,21 @@ class EntropaceHook:
             )
         else:
             success = (rewards > 0).to(torch.float64)
+        rows = torch.arange(b)
+        if valid is not None:
+            keep = torch.as_tensor(np.asarray(valid, dtype=bool))
+            if keep.shape != (b,):
+                raise ValueError(
+                    f"valid must have one entry per row ({b}); got {tuple(keep.shape)}"
+                )
+            rows = rows[keep]
         sums = task_sums(
-            entropy.detach().cpu(), mask.detach().cpu(), rewards, success, task_ids, len(names)
+            entropy.detach().cpu()[rows],
+            mask.detach().cpu()[rows],
+            rewards[rows],
+            success[rows],
+            task_ids[rows],
+            len(names),
         )
         signals = signals_from_sums(sums, names)
         bounds = self.rule.on_step(signals)

@@ -192,15 +192,21 @@ def _check_bound(t: Tensor, ref: Tensor, name: str) -> Tensor:
 
 
 def _local_metrics(
-    log_ratio: Tensor, advantages: Tensor, mask: Tensor, low: Tensor, high: Tensor, c: float
+    log_ratio: Tensor, mask: Tensor, flags: Mapping[str, Tensor]
 ) -> dict[str, float]:
-    """verl's ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (local means)."""
+    """verl's ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` as local means.
+
+    From the loss's own flags (where its clip binds, whatever its bounds): ``pg_clipfrac`` is
+    ``clip_frac_low | clip_frac_high`` (verl: ``-A clip(r) > -A r``), ``pg_clipfrac_lower`` the
+    dual clip (verl: ``A < 0`` and the PPO term above ``-c A``), ``ppo_kl`` the mean of
+    ``log pi_old - log pi``.
+    """
     with torch.no_grad():
         m = mask.to(log_ratio.dtype)
         denom = m.sum().clamp_min(1.0)
-        r = torch.exp(log_ratio)
-        clipped = ((advantages > 0) & (r > 1.0 + high)) | ((advantages < 0) & (r < 1.0 - low))
-        dual = (advantages < 0) & (r > c)
+        none = torch.zeros_like(mask, dtype=torch.bool)
+        clipped = flags.get("clip_frac_low", none) | flags.get("clip_frac_high", none)
+        dual = flags.get("dual_clip_frac", none)
         return {
             "actor/pg_clipfrac": float((clipped.to(m.dtype) * m).sum() / denom),
             "actor/ppo_kl": float((-log_ratio * m).sum() / denom),
@@ -290,7 +296,7 @@ def policy_loss(
     log_ratio = torch.where(mask, log_prob.detach() - old_log_prob.detach(), 0.0).clamp(-20, 20)
     low_t = torch.as_tensor(eps_low, dtype=log_ratio.dtype, device=log_ratio.device)
     high_t = torch.as_tensor(eps_high, dtype=log_ratio.dtype, device=log_ratio.device)
-    metrics: dict[str, Any] = _local_metrics(log_ratio, advantages, mask, low_t, high_t, dual_clip)
+    metrics: dict[str, Any] = _local_metrics(log_ratio, mask, out.flags)
     m = mask.to(log_ratio.dtype)
     denom = m.sum().clamp_min(1.0)
     metrics["entropace/eps_low_mean"] = float((low_t.expand_as(m) * m).sum() / denom)

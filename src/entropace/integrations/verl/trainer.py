@@ -153,7 +153,8 @@ class EntropacePPOTrainer(PPOTrainerSync):
         if extra and all(isinstance(e, dict) and SUCCESS_FIELD in e for e in extra):
             non_tensor[SUCCESS_FIELD] = np.array([float(e[SUCCESS_FIELD]) for e in extra])
         proto = DataProto(batch=padded, non_tensor_batch=non_tensor)
-        metrics.update(self.entropace.on_old_log_prob(proto))
+        valid = [not tag.get("is_padding", False) for tag in batch.tags]
+        metrics.update(self.entropace.on_old_log_prob(proto, valid=valid))
         if self.entropace.writes_bounds:
             for name in BOUND_FIELDS:
                 write[name] = response_to_nested(proto.batch[name], response_mask)
