@@ -325,6 +325,41 @@ def test_eppo_bounds_equal_standalone_pacer(
     assert trainer.pacer.state_dict()["tasks"].keys() == {"arith", "chat"}
 
 
+def test_generation_stats_equal_the_forward_pass(model_dir: str, tmp_path: Path) -> None:
+    """The statistics collected while ``generate`` samples equal the no-grad forward pass's
+    on the same completions (and the trainer used them: no fallback)."""
+    from entropace.integrations.trl import completion_token_stats
+
+    args = trl_run.grpo_args(str(tmp_path), max_steps=1, temperature=0.7)
+    trainer = EntropaceGRPOTrainer(
+        model_dir,
+        trl_run.digit_reward,
+        args=args,
+        train_dataset=trl_run.task_dataset(),
+        algorithm="eppo+papo",
+    )
+    pairs = []
+    original = trainer._token_stats
+
+    def token_stats(output: dict[str, Any], inputs: Any, mask: torch.Tensor) -> Any:
+        assert trainer._generation_stats is not None
+        entropy, sensitivity = original(output, inputs, mask)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        ref = completion_token_stats(trainer.model, ids, attention, mask, temperature=0.7)
+        pairs.append((entropy, sensitivity, ref, mask))
+        return entropy, sensitivity
+
+    trainer._token_stats = token_stats
+    trainer.train()
+    assert len(pairs) == 1
+    entropy, sensitivity, ref, mask = pairs[0]
+    assert float(mask.sum()) > 40
+    torch.testing.assert_close(entropy, ref.entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sensitivity, ref.sensitivity, atol=1e-5, rtol=1e-5)
+    assert float((entropy * mask).sum()) > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # PAPO and RLOO: the advantages TRL's loss receives
 # ---------------------------------------------------------------------------------------------

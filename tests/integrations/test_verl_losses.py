@@ -247,3 +247,66 @@ def test_loss_wrapper_reads_nested_bounds_from_the_micro_batch() -> None:
     # no entropace fields: nothing is made current
     vl.EntropaceLossFn(inner)(model_output={}, data=TensorDict({}, batch_size=[3]), dp_group=None)
     assert seen["bounds"] is None
+
+
+def test_wrapped_verl_ppo_loss_on_a_nested_micro_batch_equals_clipped_surrogate() -> None:
+    """The worker path end to end: verl's own ``ppo_loss`` (wrapped) on a micro-batch laid out
+    as verl's engine passes it (nested full-sequence log-probs, nested response fields)."""
+    from functools import partial
+
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    g = torch.Generator().manual_seed(5)
+    prompt_lens, resp_lens = [3, 2, 4], [4, 2, 3]
+    seq_vals = [
+        -torch.rand(p + r, generator=g) * 2 for p, r in zip(prompt_lens, resp_lens, strict=True)
+    ]
+    values = torch.cat(seq_vals).requires_grad_(True)
+    offsets = torch.tensor([0] + list(torch.cumsum(torch.tensor([len(v) for v in seq_vals]), 0)))
+    log_probs = torch.nested.nested_tensor_from_jagged(values, offsets)
+
+    def nested(rows):
+        return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+    old = [-torch.rand(r, generator=g) * 2 for r in resp_lens]
+    adv = [torch.full((r,), a) for r, a in zip(resp_lens, [1.0, -2.0, 0.5], strict=True)]
+    masks = [torch.ones(r, dtype=torch.int64) for r in resp_lens]
+    masks[0][1] = 0
+    low = [torch.full((r,), e) for r, e in zip(resp_lens, [0.1, 0.3, 0.15], strict=True)]
+    high = [torch.full((r,), e) for r, e in zip(resp_lens, [0.12, 0.25, 0.4], strict=True)]
+    n_tokens = int(sum(int(m.sum()) for m in masks))
+    data = tu.get_tensordict(
+        {
+            "prompts": nested([torch.zeros(p, dtype=torch.int64) for p in prompt_lens]),
+            "responses": nested([torch.zeros(r, dtype=torch.int64) for r in resp_lens]),
+            "response_mask": nested(masks),
+            "old_log_probs": nested(old),
+            "advantages": nested(adv),
+            "entropace_eps_low": nested(low),
+            "entropace_eps_high": nested(high),
+        }
+    )
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=3)
+    cfg = _config("eppo", "token-mean")
+    loss, metrics = vl.EntropaceLossFn(partial(ppo_loss, config=cfg))(
+        model_output={"log_probs": log_probs}, data=data, dp_group=None
+    )
+    loss.backward()
+    # the same by hand: response log-probs are the left-shifted tail of each sequence
+    width = max(resp_lens)
+
+    def pad(rows):
+        return torch.stack([torch.nn.functional.pad(r, (0, width - len(r))) for r in rows])
+
+    ref_values = values.detach().clone().requires_grad_(True)
+    chunks = torch.split(ref_values, [p + r for p, r in zip(prompt_lens, resp_lens, strict=True)])
+    resp = [c[p - 1 : p - 1 + r] for c, p, r in zip(chunks, prompt_lens, resp_lens, strict=True)]
+    ref = algos.clipped_surrogate_loss(
+        pad(resp), pad(old), pad(adv), pad(masks), eps_low=pad(low), eps_high=pad(high),
+        dual_clip=3.0, agg="token-mean",
+    )  # fmt: skip
+    ref.loss.backward()
+    torch.testing.assert_close(loss, ref.loss.detach())
+    torch.testing.assert_close(values.grad, ref_values.grad)
+    assert {"actor/pg_loss", "actor/pg_clipfrac", "entropace/eps_low_mean"} <= set(metrics)

@@ -22,12 +22,15 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from transformers import LogitsProcessor
 
 from entropace.algos import hidden_token_stats, token_stats
 from entropace.algos.token_stats import default_chunk_size
 
 __all__ = [
     "CompletionStats",
+    "GenerationStats",
+    "align_generation_stats",
     "StepSignals",
     "completion_token_stats",
     "signals_from_sums",
@@ -161,6 +164,86 @@ def completion_token_stats(
                 parts[2].append(stats.sensitivity)
         for tensor, values in zip(out, parts, strict=True):
             tensor[start:end][mask] = torch.cat(values).to(torch.float32)
+    return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# The same statistics collected while sampling (no extra forward pass)
+# ---------------------------------------------------------------------------------------------
+
+
+class GenerationStats(LogitsProcessor):
+    """A ``transformers`` logits processor that records the statistics of every sampled token.
+
+    ``generate`` calls it once per decoding step with that step's scores ``[B, V]`` (float32,
+    the model's final logits after the non-sampling processors such as a repetition penalty;
+    custom processors run before the temperature / top-k / top-p warpers). The token sampled
+    from them is known at the next call (the last column of ``input_ids``) or, for the last
+    step, from the returned sequences (:meth:`finish`); the previous step's scores are kept
+    until then (one ``[B, V]`` buffer) and passed to :func:`entropace.algos.token_stats` at the
+    sampling temperature, i.e. the statistics of the full temperature-scaled distribution that
+    was sampled (as our rollout engine records them). The scores pass through unchanged.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = float(temperature)
+        self._pending: Tensor | None = None
+        self._columns: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        self.calls = 0
+
+    def _close_step(self, tokens: Tensor) -> None:
+        assert self._pending is not None
+        stats = token_stats(self._pending, tokens.to(torch.long), temperature=self.temperature)
+        self._columns.append((tokens, stats.logprob, stats.entropy, stats.sensitivity))
+        self._pending = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        with torch.no_grad():
+            if self._pending is not None:
+                self._close_step(input_ids[:, -1])
+            self._pending = scores.detach().clone()
+        self.calls += 1
+        return scores
+
+    def finish(self, sequences: Tensor) -> None:
+        """Close the last step with the returned ``sequences`` (``[B, P + T]``)."""
+        if self._pending is not None:
+            with torch.no_grad():
+                self._close_step(sequences[:, -1])
+
+    def result(self) -> tuple[Tensor, CompletionStats] | None:
+        """``(tokens [B, T], stats [B, T])`` of the generated columns, or None if nothing ran."""
+        if not self._columns:
+            return None
+        tokens, logprob, entropy, sensitivity = (torch.stack(c, dim=1) for c in zip(*self._columns))
+        stats = CompletionStats(
+            logprob=logprob.float(), entropy=entropy.float(), sensitivity=sensitivity.float()
+        )
+        return tokens, stats
+
+
+def align_generation_stats(
+    collected: tuple[Tensor, CompletionStats], completion_ids: Tensor, mask: Tensor
+) -> CompletionStats | None:
+    """Collected statistics as ``[B, C]`` columns of TRL's padded completions, 0 off ``mask``;
+    None when the collected tokens are not the completions' (then use the forward pass)."""
+    tokens, stats = collected
+    rows, width = completion_ids.shape
+    if tokens.shape[0] != rows:
+        return None
+    used = min(width, tokens.shape[1])
+    keep = mask[:, :used] > 0
+    if bool((mask[:, used:] > 0).any()) or not torch.equal(
+        tokens[:, :used].to(completion_ids.device)[keep], completion_ids[:, :used][keep]
+    ):
+        return None
+    out = []
+    for values in (stats.logprob, stats.entropy, stats.sensitivity):
+        full = torch.zeros(rows, width, dtype=torch.float32, device=mask.device)
+        full[:, :used] = torch.where(keep, values[:, :used].to(mask.device), 0.0)
+        out.append(full)
     return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])
 
 

@@ -7,9 +7,12 @@ four private methods and changes nothing else:
 1. ``_generate_and_score_completions``: after TRL's own (generation, rewards, advantages),
    once per generation batch (= one of our trainer's steps):
 
-   a. statistics of the completion tokens at the sampling temperature, in one chunked no-grad
-      pass of the policy (:func:`~entropace.integrations.trl.stats.completion_token_stats`;
-      entropace's multi-turn rollouts bring their own, computed by our rollout engine);
+   a. statistics of the completion tokens at the sampling temperature: collected while
+      ``transformers.generate`` samples (a logits processor,
+      :class:`~entropace.integrations.trl.stats.GenerationStats`: no extra forward pass), or,
+      with vLLM / tools, in one chunked no-grad pass of the policy
+      (:func:`~entropace.integrations.trl.stats.completion_token_stats`); entropace's
+      multi-turn rollouts bring their own, computed by our rollout engine;
    b. per-task sums of entropy / tokens / episodes / success / reward / reward^2, SUM-reduced
       across processes, so every rank sees the global batch's numbers;
    c. EPPO: :class:`~entropace.control.EntropyPacer` updates from ``h_k`` (or the success rate
@@ -51,7 +54,9 @@ import entropace.algos as algos
 from entropace.control import EntropyPacer, PacerConfig, PolarityConfig, PolarityController
 from entropace.integrations.trl.recipes import TRLRecipe, resolve_recipe
 from entropace.integrations.trl.stats import (
+    GenerationStats,
     StepSignals,
+    align_generation_stats,
     completion_token_stats,
     signals_from_sums,
     task_sums,
@@ -122,6 +127,9 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             environment rollouts or a boolean ``success_column``).
         success_column: dataset / rollout field holding a per-completion success flag.
         stats_chunk_size: masked positions per LM-head chunk in the statistics pass.
+        stats_from_generation: collect the statistics while ``transformers.generate`` samples
+            (:class:`~entropace.integrations.trl.stats.GenerationStats`) instead of a separate
+            no-grad pass (used anyway with vLLM, tools or a ``rollout_func``).
     """
 
     def __init__(
@@ -142,6 +150,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         success_threshold: float = 1.0,
         success_column: str = "success",
         stats_chunk_size: int | None = None,
+        stats_from_generation: bool = True,
         **kwargs: Any,
     ) -> None:
         if args is None:
@@ -170,6 +179,8 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self.success_column = success_column
         self.success_threshold = float(success_threshold)
         self.stats_chunk_size = stats_chunk_size
+        self.stats_from_generation = bool(stats_from_generation)
+        self._generation_stats: Any = None
         self.task_names = self._find_task_names(train_dataset, task_column, task_names, recipe)
         self._task_index = {name: k for k, name in enumerate(self.task_names)}
         self.pacer = EntropyPacer(config=recipe.pacer) if recipe.pacer is not None else None
@@ -221,9 +232,45 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = rewards
         return rewards
 
+    def _collect_during_generation(self) -> bool:
+        return (
+            self.entropace_recipe.needs_stats
+            and self.stats_from_generation
+            and not self.use_vllm
+            and not getattr(self, "use_transformers_continuous_batching", False)
+            and not self.tools
+            and self.rollout_func is None
+            and not self._is_vlm
+        )
+
+    def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's, with :class:`GenerationStats` added to ``generate``'s logits processors."""
+        if not self._collect_during_generation():
+            return super()._generate_single_turn(*args, **kwargs)
+        collector = GenerationStats(self.temperature)
+        model = self.model
+        original = model.generate
+
+        def generate(*a: Any, logits_processor: Any = None, **kw: Any) -> Any:
+            from transformers import LogitsProcessorList
+
+            processors = LogitsProcessorList([*(logits_processor or []), collector])
+            out = original(*a, logits_processor=processors, **kw)
+            collector.finish(out if isinstance(out, Tensor) else out.sequences)
+            return out
+
+        model.generate = generate
+        try:
+            result = super()._generate_single_turn(*args, **kwargs)
+        finally:
+            del model.generate  # the instance attribute; the class method shows again
+        self._generation_stats = collector.result()
+        return result
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         self._entropace_inputs = inputs  # read by entropace's rollout_func adapter
         self._rewards_per_func = None
+        self._generation_stats = None
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
@@ -282,7 +329,8 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self, output: dict[str, Any], inputs: list[dict[str, Any]], mask: Tensor
     ) -> tuple[Tensor, Tensor]:
         """``(entropy, sensitivity)`` ``[B, C]`` of the completion tokens at the sampling
-        temperature: from our rollout engine when it supplied them, else one no-grad pass."""
+        temperature: from our rollout engine when it supplied them, else from the scores seen
+        during ``generate``, else one no-grad pass."""
         width = mask.shape[1]
         if inputs and all(ROLLOUT_ENTROPY_KEY in x for x in inputs):
             out = []
@@ -293,6 +341,16 @@ class EntropaceGRPOTrainer(GRPOTrainer):
                     t[i, : values.numel()] = values.to(mask.device)
                 out.append(t * (mask > 0))
             return out[0], out[1]
+        if self._generation_stats is not None:
+            collected, self._generation_stats = self._generation_stats, None
+            aligned = align_generation_stats(collected, output["completion_ids"], mask)
+            if aligned is not None:
+                return aligned.entropy, aligned.sensitivity
+            warnings.warn(
+                "the statistics collected during generation do not match the completions; "
+                "falling back to a no-grad statistics pass",
+                stacklevel=2,
+            )
         input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         batch_size = (

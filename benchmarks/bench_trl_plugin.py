@@ -1,0 +1,305 @@
+"""Cost of entropace's TRL plug-in: ``GRPOTrainer`` vs ``EntropaceGRPOTrainer``, side by side.
+
+The same single-turn, two-task workload on each model (a tiny random Llama and SmolLM2-135M-
+Instruct, fp32 on the CPU), four variants, each in its own subprocess, run alternately
+``--repeats`` times:
+
+- ``plain-grpo``: ``trl.GRPOTrainer`` with the ``grpo`` recipe's fields (``loss_type="grpo"``);
+- ``ours-grpo``: ``EntropaceGRPOTrainer(algorithm="grpo")`` (must cost ~nothing: only per-task
+  reward / success metrics are added);
+- ``plain-dapo``: ``trl.GRPOTrainer`` with the ``eppo+papo`` recipe's fields
+  (``loss_type="dapo"``), the fair baseline of
+- ``ours-eppo+papo``: ``EntropaceGRPOTrainer(algorithm="eppo+papo")``: the no-grad statistics
+  pass (entropy, PAPO's t1/t2 through the fused head), the cross-process reductions, both
+  controllers, the (B, T) advantages and the per-completion clamp bounds.
+
+Workload: ``--prompts`` prompts per step (alternating the ``reasoning`` and ``kg`` families'
+first observations, with their system prompts), ``--group`` completions each, at most
+``--max-new-tokens`` tokens, temperature 1, one optimiser step per generation batch, reward =
+share of digits in the completion. Step time: between consecutive ``on_step_end`` callbacks
+(generation + scoring + statistics + update), median over the steps after ``--warmup``. Peak
+memory: the subprocess's ``ru_maxrss`` (MiB). Ratios: ours / plain within the same repeat
+round, then the median over rounds (the machine is shared and noisy).
+
+    python benchmarks/bench_trl_plugin.py                 # tiny + SmolLM2-135M, writes
+                                                          # benchmarks/results/trl_plugin.md
+    python benchmarks/bench_trl_plugin.py --models tiny --repeats 1 --steps 4 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "src") not in sys.path:
+    sys.path.insert(0, str(REPO / "src"))
+
+VARIANTS = ("plain-grpo", "ours-grpo", "plain-dapo", "ours-eppo+papo")
+PAIRS = (("ours-grpo", "plain-grpo"), ("ours-eppo+papo", "plain-dapo"))
+TASKS = ("reasoning", "kg")
+
+
+def dataset(prompts: int) -> Any:
+    import datasets
+
+    from entropace.envs import make
+
+    rows = []
+    for i in range(prompts):
+        name = TASKS[i % len(TASKS)]
+        env = make(name)
+        obs, _ = env.reset(i)
+        rows.append(
+            {
+                "prompt": [
+                    {"role": "system", "content": env.system_prompt},
+                    {"role": "user", "content": obs},
+                ],
+                "task": name,
+            }
+        )
+    return datasets.Dataset.from_list(rows)
+
+
+def digit_share(completions: list[Any], **_: Any) -> list[float]:
+    out = []
+    for c in completions:
+        text = c[0]["content"] if isinstance(c, list) else c
+        out.append(sum(ch.isdigit() for ch in text) / max(1, len(text)))
+    return out
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(cfg["threads"])
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    import transformers
+    import trl
+    from trl import GRPOConfig, GRPOTrainer
+
+    from entropace.integrations.trl import EntropaceGRPOTrainer, resolve_recipe
+
+    variant = cfg["variant"]
+    recipe = "grpo" if variant.endswith("grpo") else "eppo+papo"
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    batch = cfg["prompts_per_step"] * cfg["group"]
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=batch,
+            num_generations=cfg["group"],
+            max_completion_length=cfg["max_new_tokens"],
+            gradient_accumulation_steps=1,
+            max_steps=cfg["steps"],
+            learning_rate=1e-6,
+            lr_scheduler_type="constant",
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,
+            seed=cfg["seed"],
+            disable_tqdm=True,
+            model_init_kwargs={"dtype": torch.float32},
+            **resolve_recipe(recipe, max_completion_length=cfg["max_new_tokens"]).trl_args,
+        )
+        stamps: list[float] = []
+
+        class Clock(transformers.TrainerCallback):
+            def on_train_begin(self, *a: Any, **k: Any) -> None:
+                stamps.append(time.perf_counter())
+
+            def on_step_end(self, *a: Any, **k: Any) -> None:
+                stamps.append(time.perf_counter())
+
+        common = dict(
+            args=args,
+            train_dataset=dataset(cfg["prompts"]),
+            callbacks=[Clock()],
+        )
+        if variant.startswith("plain"):
+            trainer = GRPOTrainer(cfg["model"], digit_share, **common)
+        else:
+            trainer = EntropaceGRPOTrainer(cfg["model"], digit_share, algorithm=recipe, **common)
+        stats_time: list[float] = []
+        if hasattr(trainer, "_token_stats"):
+            original = trainer._token_stats
+
+            def timed(*a: Any, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                result = original(*a, **k)
+                stats_time.append(time.perf_counter() - t0)
+                return result
+
+            trainer._token_stats = timed
+        rss_model = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        trainer.train()
+    steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return {
+        "variant": variant,
+        "step_s": steps,
+        "stats_s": stats_time,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_start_mib": rss_start,
+        "rss_after_load_mib": rss_model,
+        "versions": {
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        },
+    }
+
+
+def run_child(cfg: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", json.dumps(cfg)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(cfg["threads"])}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cfg['variant']} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def model_path(name: str, workdir: str) -> str:
+    if name == "tiny":
+        from entropace.models.tiny import build_tiny_model
+
+        path = os.path.join(workdir, "tiny")
+        model, tokenizer = build_tiny_model(seed=0)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        return path
+    if name == "smollm2-135m":
+        from entropace.models import ensure_smollm2
+
+        return str(ensure_smollm2())
+    return name
+
+
+def summarise(results: dict[str, list[dict[str, Any]]], warmup: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for variant, runs in results.items():
+        medians = [statistics.median(r["step_s"][warmup:]) for r in runs]
+        stats = [statistics.median(r["stats_s"][warmup:]) for r in runs if r["stats_s"]]
+        out[variant] = {
+            "step_s": statistics.median(medians),
+            "stats_s": statistics.median(stats) if stats else None,
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        }
+    for ours, plain in PAIRS:
+        ratios = [
+            statistics.median(a["step_s"][warmup:]) / statistics.median(b["step_s"][warmup:])
+            for a, b in zip(results[ours], results[plain], strict=True)
+        ]
+        out[f"{ours} / {plain}"] = {
+            "ratio": statistics.median(ratios),
+            "per_round": ratios,
+            "peak_rss_delta_mib": out[ours]["peak_rss_mib"] - out[plain]["peak_rss_mib"],
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--models", default="tiny,smollm2-135m")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--prompts", type=int, default=32, help="dataset size")
+    parser.add_argument("--prompts-per-step", type=int, default=2)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-write", action="store_true")
+    ns = parser.parse_args()
+    if ns.child is not None:
+        print(json.dumps(child(json.loads(ns.child))))
+        return
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for name in [m.strip() for m in ns.models.split(",") if m.strip()]:
+            path = model_path(name, work)
+            results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+            for round_ in range(ns.repeats):
+                order = VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS))
+                for variant in order:
+                    cfg = {
+                        "variant": variant,
+                        "model": path,
+                        "steps": ns.steps,
+                        "prompts": ns.prompts,
+                        "prompts_per_step": ns.prompts_per_step,
+                        "group": ns.group,
+                        "max_new_tokens": ns.max_new_tokens,
+                        "threads": ns.threads,
+                        "seed": ns.seed,
+                    }
+                    results[variant].append(run_child(cfg))
+                    print(name, variant, round_, f"{results[variant][-1]['step_s']}", flush=True)
+            report[name] = {
+                "summary": summarise(results, ns.warmup),
+                "versions": results[VARIANTS[0]][0]["versions"],
+            }
+    text = render(report, ns)
+    print(text)
+    if not ns.no_write:
+        (REPO / "benchmarks" / "results" / "trl_plugin.md").write_text(text)
+
+
+def render(report: dict[str, Any], ns: argparse.Namespace) -> str:
+    argv = " ".join(a for a in sys.argv[1:])
+    lines = [
+        "# TRL plug-in overhead: GRPOTrainer vs EntropaceGRPOTrainer",
+        "",
+        f"Command: `python benchmarks/bench_trl_plugin.py {argv}`".replace(" `", "`", 0),
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared "
+        f"with other jobs), {ns.threads} torch thread(s) per process, fp32, CPU.",
+        f"Workload: {ns.prompts_per_step} prompts x {ns.group} completions per step, <= "
+        f"{ns.max_new_tokens} new tokens, tasks {', '.join(TASKS)} (single-turn), "
+        f"{ns.steps} steps ({ns.warmup} warm-up excluded), {ns.repeats} alternating rounds.",
+        "",
+    ]
+    for name, entry in report.items():
+        s = entry["summary"]
+        lines += [
+            f"## {name}",
+            "",
+            f"Versions: {entry['versions']}",
+            "",
+            "| variant | step time (s, median) | statistics pass (s) | peak RSS (MiB) |",
+            "|---|---|---|---|",
+        ]
+        for v in VARIANTS:
+            stats = s[v]["stats_s"]
+            lines.append(
+                f"| {v} | {s[v]['step_s']:.3f} | {'-' if stats is None else f'{stats:.3f}'} "
+                f"| {s[v]['peak_rss_mib']:.0f} |"
+            )
+        lines += ["", "| ratio | median | per round | peak RSS delta (MiB) |", "|---|---|---|---|"]
+        for ours, plain in PAIRS:
+            r = s[f"{ours} / {plain}"]
+            rounds = ", ".join(f"{x:.3f}" for x in r["per_round"])
+            lines.append(
+                f"| {ours} / {plain} | {r['ratio']:.3f}x | {rounds} | "
+                f"{r['peak_rss_delta_mib']:+.0f} |"
+            )
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
