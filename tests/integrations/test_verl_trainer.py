@@ -267,3 +267,34 @@ def test_bounds_fields_are_response_aligned(tmp_path, monkeypatch) -> None:
     assert isinstance(data, TensorDict)
     lens = data["entropace_eps_low"].offsets().diff().tolist()
     assert lens == RESPONSES
+
+
+def test_save_and_resume_through_verls_checkpoint_hooks(tmp_path, monkeypatch) -> None:
+    t, _, meta = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
+    t._compute_old_log_prob(meta, {})
+    t.global_steps = 4
+    order = []
+
+    def verl_save(self):  # verl writes its files and then the tracker file
+        order.append("verl")
+        assert (tmp_path / "global_step_4" / vt.STATE_FILE).exists()  # ours is already there
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_save_checkpoint", verl_save)
+    t._save_checkpoint()
+    assert order == ["verl"]
+
+    def verl_load(self):
+        self.global_steps = 4  # verl parses it from the latest global_step_<n> folder
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_load_checkpoint", verl_load)
+    fresh, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
+    fresh._load_checkpoint()
+    assert fresh.entropace.state_dict() == t.entropace.state_dict()
+    assert fresh.entropace.state_dict()["rule"]["steps"] == 1
+    # resume_path mode reads the named folder
+    other, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
+    other.config.trainer.resume_mode = "resume_path"
+    other.config.trainer.resume_from_path = str(tmp_path / "global_step_4")
+    other._load_checkpoint()
+    assert other.entropace.state_dict() == t.entropace.state_dict()
