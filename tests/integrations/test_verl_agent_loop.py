@@ -117,7 +117,7 @@ def test_multi_turn_episode_layout_and_reward(family: str) -> None:
     observations, reward, success = _replay(family, 0, actions)
     assert reward == 1.0 and success
     assert out.reward_score == reward and out.extra_fields["entropace_success"] == 1.0
-    assert out.extra_fields["entropace_turns"] == 3 and out.num_turns == 7
+    assert out.extra_fields["entropace_turns"] == 3 and out.num_turns == 6
     env = make(family)
     env.reset(0)
     first = [

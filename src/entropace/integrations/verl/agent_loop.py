@@ -107,7 +107,7 @@ class EntropaceAgentLoop(AgentLoopBase):
         mask: list[int] = []
         logprobs: list[float] | None = None
         request_id = uuid4().hex
-        reward, success, turns, end = 0.0, False, 0, "length"
+        reward, success, turns, observations, end = 0.0, False, 0, 0, "length"
         while len(mask) < self.response_length:
             with simple_timer("generate_sequences", metrics):
                 out = await self.server_manager.generate(
@@ -143,6 +143,7 @@ class EntropaceAgentLoop(AgentLoopBase):
                 end = "length"  # no room to act on this observation
                 break
             ids, mask, logprobs = merged.token_ids, ctx_mask, ctx_lp
+            observations += 1
         response_ids = ids[prompt_len:][: self.response_length]
         mask = mask[: self.response_length]
         extra = {
@@ -159,7 +160,7 @@ class EntropaceAgentLoop(AgentLoopBase):
             response_mask=mask,
             response_logprobs=logprobs[: self.response_length] if logprobs else None,
             reward_score=reward,
-            num_turns=2 * turns + 1,
+            num_turns=turns + observations + 1,  # verl's count: assistant + user turns + 1
             metrics=AgentLoopMetrics(**metrics),
             extra_fields=extra,
         )
