@@ -228,6 +228,9 @@ def test_decode_stream_never_raises_on_capture_members(capture: list) -> None:  
         "ln -s /work/a.txt /.meta/rc",
         "rm -rf /.meta/rc; mkdir /.meta/rc",
         "rm /.io/out; mkfifo /.io/out",
+        "chmod 000 /.io /.meta",
+        "rm /.io/out; mkdir -p /.io/out/x; chmod 000 /.io/out/x /.io/out",
+        "rm -rf /.meta/* /.io/*; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do : > /.io/f$i; done",
     ],
 )
 def test_os_step_survives_tampered_capture_files(command: str) -> None:
@@ -261,6 +264,18 @@ def test_sparse_file_does_not_break_the_episode() -> None:
         obs, _, _, _, info = env.step(f"bash: {command}")
         assert expected in obs, (command, obs)
     assert "s2" not in read_tree(env.state) and "f" not in read_tree(env.state)
+
+
+@needs_bwrap
+def test_unreadable_files_are_rolled_back_not_lost() -> None:
+    env = make("os", difficulty="easy", command_timeout=2.0)
+    env.reset(0)
+    before = read_tree(env.state)
+    obs, _, _, _, _ = env.step("bash: echo new > a.txt; mkdir d; echo 1 > d/x; chmod 000 a.txt d")
+    assert "could not all be read back" in obs and "Permission denied" in obs, obs
+    assert read_tree(env.state) == before  # rolled back: nothing vanished, nothing half-kept
+    obs, _, _, _, _ = env.step("bash: echo new > a.txt; chmod 444 a.txt; cat a.txt")
+    assert obs == "new\n[exit code: 0]" and read_tree(env.state)["a.txt"].mode == 0o444
 
 
 @needs_bwrap

@@ -83,7 +83,10 @@ _INSTALL_HINT = (
 
 # The script bwrap runs (as ``bash -c WRAPPER entropace-sandbox COMMAND``). Placeholders in
 # braces are filled from SandboxLimits. The command's stdout+stderr go to a file on the capped
-# /.io tmpfs, so a flood of output stops with ENOSPC instead of filling host memory.
+# /.io tmpfs, so a flood of output stops with ENOSPC instead of filling host memory. Before the
+# final tar, the wrapper restores its own capture files (the command may have chmod-ed,
+# replaced or removed them), so tar's exit status speaks only about /work: a non-zero one means
+# a work file could not be read, and the command's changes are discarded (see stream.py).
 _WRAPPER = r"""
 cd /work || exit 97
 tar -x -p --no-same-owner -f - -C / work || exit 98
@@ -96,7 +99,9 @@ rc=$?
 for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   kill -KILL -1 2>/dev/null || break
 done
-rm -rf /.meta/rc 2>/dev/null
+chmod -R u+rwX /.io /.meta 2>/dev/null
+if [ -h /.io/out ] || [ ! -f /.io/out ]; then rm -rf /.io/out; : >/.io/out || exit 96; fi
+rm -rf /.meta/rc
 echo "$rc" >/.meta/rc || exit 96
 cd / && exec tar -c -f - work .io/out .meta/rc
 """

@@ -11,6 +11,9 @@ runs), so :func:`decode_stream` trusts nothing in it:
   unreadable exit status discards the command's changes.
 * Work members are copied into a fresh archive without resolving anything: only regular files
   have data; links keep their target as text.
+* ``tar -c`` must have read everything (exit status 0): a file or directory its owner cannot
+  read (``chmod 000 a.txt``) would otherwise silently vanish from the episode (tar skips it).
+  Such a command's changes are discarded, and the message names the files.
 * The new tree must **fit into /work again** when the next command copies it in: ``tar -x``
   writes every file densely, so a sparse file (``truncate -s 8M s1``) needs its full length,
   although it used no space when it was made. The tree's dense size, counted the way tmpfs
@@ -97,6 +100,14 @@ def decode_stream(
         return _failure(
             f"the sandbox failed ({why[:300]}); the command's changes were discarded", seconds
         )
+    if returncode != 0:  # the final `exec tar -c` could not read everything (exit status 2)
+        why = stderr.decode("utf-8", "replace").strip().splitlines()
+        msg = (
+            f"the files in /work could not all be read back ({'; '.join(why[:3])[:300]}); "
+            "every file and directory must stay readable by its owner (chmod u+r, u+rx for "
+            "directories); the command's changes were discarded"
+        )
+        return _failure(msg, seconds)
     output, rc_text = b"", None
     work = io.BytesIO()
     page = resource.getpagesize()
