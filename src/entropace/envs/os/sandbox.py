@@ -42,7 +42,8 @@ Design (why one sandbox per command, and why the state travels as a tar stream):
 The alternative (one long-lived bash per episode over a pipe protocol) keeps shell state such
 as ``cd`` and variables, but a hostile command can kill or confuse that shell, and background
 processes would survive between commands. Per-command sandboxes give simpler, stronger
-guarantees for a start-up cost of a few milliseconds (see ``benchmarks/results/envs_os.md``).
+guarantees for a start-up cost of tens of milliseconds (see ``benchmarks/results/envs_os.md``
+and ``benchmarks/results/envs_hardening.md``).
 """
 
 from __future__ import annotations
