@@ -115,7 +115,7 @@ def grpo_args(output_dir: str, **overrides: Any) -> Any:
         report_to="none",
         save_strategy="no",
         use_cpu=True,
-        bf16=False,  # transformers 5 defaults to bf16 autocast where the CPU supports it
+        bf16=False,  # TRL's configs default to bf16 autocast, also on CPUs
         seed=0,
         disable_tqdm=True,
         shuffle_dataset=False,
