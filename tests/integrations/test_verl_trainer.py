@@ -298,3 +298,15 @@ def test_save_and_resume_through_verls_checkpoint_hooks(tmp_path, monkeypatch) -
     other.config.trainer.resume_from_path = str(tmp_path / "global_step_4")
     other._load_checkpoint()
     assert other.entropace.state_dict() == t.entropace.state_dict()
+
+
+def test_runs_as_verls_sync_trainer(tmp_path, monkeypatch) -> None:
+    t, _, _ = _trainer(tmp_path, monkeypatch)
+    t.trainer_mode = "entropace"  # what verl's __init__ sets from trainer.v1.trainer_mode
+    t.config.trainer.v1 = {"trainer_mode": "entropace", "sync": {"parameter_sync_step": 2}}
+    monkeypatch.setattr(
+        trainer_base.PPOTrainer,
+        "_build_replay_buffer",
+        lambda self: (self.trainer_mode, self.parameter_sync_step),
+    )
+    assert t._build_replay_buffer() == ("sync", 2)

@@ -110,6 +110,15 @@ class EntropacePPOTrainer(PPOTrainerSync):
                 "algorithm.rollout_correction.bypass_mode=True skips it"
             )
 
+    def _build_replay_buffer(self) -> Any:
+        # verl's base branches on `trainer_mode == "sync"` (replay buffer, TransferQueue
+        # checkpoints, refills); this trainer IS the sync trainer, registered under its own name,
+        # so it runs with the sync mode and the `trainer.v1.sync` options.
+        self.trainer_mode = "sync"
+        sync = self.config.trainer.v1.get("sync", None) or {}
+        self.parameter_sync_step = sync.get("parameter_sync_step", 1)
+        return super()._build_replay_buffer()
+
     # ------------------------------------------------------------------------------ workers
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()
