@@ -11,6 +11,8 @@ Reported per path: generation seconds (``timings["generation_s"]``: prefix prefi
 ``generate``), generated tokens per second, token positions prefilled, the statistics pass
 (identical work in both paths), the peak resident memory during the call (``VmRSS`` sampled
 every 10 ms), and whether the fast path sampled exactly the old path's tokens (same seed).
+Forward hooks split the model's generation time into prefill forwards (several positions per
+row) and decoding steps (one position per row; the same steps in both paths).
 
 Run: ``python benchmarks/bench_rollout_fast.py --markdown benchmarks/results/rollout_fast.md``
 """
@@ -48,6 +50,52 @@ def rss_mib() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class ForwardTimer:
+    """Wall time of the model's cached forwards (generation and prefix prefill pass
+    ``use_cache=True``; the statistics pass does not), split into prefill (the prefix
+    prefill and the first forward of each ``generate`` call) and decoding steps (the others,
+    one position per row)."""
+
+    def __init__(self, model: Any) -> None:
+        self.prefill_s = self.decode_s = 0.0
+        self.decode_steps = 0
+        self._start = 0.0
+        self._first = True  # the next cached forward prefills
+        self._model, self._generate = model, model.generate
+
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            self._first = True
+            try:
+                return self._generate(*args, **kwargs)
+            finally:
+                self._first = True
+
+        model.generate = generate
+        self._handles = [
+            model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            model.register_forward_hook(self._post, with_kwargs=True),
+        ]
+
+    def _pre(self, _module: Any, _args: Any, _kwargs: dict[str, Any]) -> None:
+        self._start = time.perf_counter()
+
+    def _post(self, _module: Any, _args: Any, kwargs: dict[str, Any], _out: Any) -> None:
+        if not kwargs.get("use_cache"):
+            return
+        elapsed = time.perf_counter() - self._start
+        if self._first or kwargs["input_ids"].shape[1] > 1:
+            self.prefill_s += elapsed
+            self._first = False
+        else:
+            self.decode_s += elapsed
+            self.decode_steps += 1
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._model.generate = self._generate
 
 
 class PeakRSS:
@@ -102,7 +150,12 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     cfg = load_config(preset)
-    model, tok = load_model(cfg.model.name)
+    if cfg.model.name == "tiny":  # a smoke test of this script
+        from entropace.models.tiny import build_tiny_model
+
+        model, tok = build_tiny_model(seed=0)
+    else:
+        model, tok = load_model(cfg.model.name)
     model.eval()
     paths = {
         "old": dataclasses.replace(cfg.rollout, share_prefix=False, reuse_kv=False),
@@ -115,10 +168,14 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
         seed = step_seed(cfg, step)
         batches = {}
         for name, rcfg in paths.items():
-            with PeakRSS() as rss:
-                result = collect_rollouts(
-                    model, tok, requests, rcfg, task_names=cfg.tasks.names, seed=seed
-                )
+            timer = ForwardTimer(model)
+            try:
+                with PeakRSS() as rss:
+                    result = collect_rollouts(
+                        model, tok, requests, rcfg, task_names=cfg.tasks.names, seed=seed
+                    )
+            finally:
+                timer.remove()
             t, c = result.timings, result.counts
             batches[name] = result.batch
             row = {
@@ -131,6 +188,9 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
                 "cached_tokens": c["cached_tokens"],
                 "max_len": c["max_len"],
                 "generation_s": t["generation_s"],
+                "prefill_s": timer.prefill_s,
+                "decode_s": timer.decode_s,
+                "decode_steps": timer.decode_steps,
                 "stats_s": t["stats_s"],
                 "total_s": t["total_s"],
                 "tokens_per_s": c["generated_tokens"] / t["generation_s"],
@@ -170,6 +230,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "generated_tokens": sum(r["generated_tokens"] for r in mine),
             "tokens_per_s": sum(r["generated_tokens"] for r in mine) / gen,
             "prefill_tokens": sum(r["prefill_tokens"] for r in mine),
+            "prefill_s": sum(r["prefill_s"] for r in mine),
+            "decode_s": sum(r["decode_s"] for r in mine),
+            "decode_steps": sum(r["decode_steps"] for r in mine),
             "stats_s": sum(r["stats_s"] for r in mine),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in mine),
         }
@@ -179,7 +242,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def markdown(result: dict[str, Any], argv: list[str], threads: int) -> str:
     rows, s = result["rows"], summary(result["rows"])
     cols = ["step", "path", "episodes", "turns", "generated_tokens", "prefill_tokens",
-            "cached_tokens", "max_len", "generation_s", "tokens_per_s", "stats_s",
+            "cached_tokens", "max_len", "generation_s", "prefill_s", "decode_s", "tokens_per_s",
+            "stats_s",
             "peak_rss_mib", "identical_tokens"]  # fmt: skip
     lines = [
         "# Quick-workload generation: old path vs shared prefix + KV reuse (CPU)",
@@ -192,12 +256,20 @@ def markdown(result: dict[str, Any], argv: list[str], threads: int) -> str:
         "",
         "## Summary (all steps)",
         "",
-        "| quantity | old | fast | old / fast |",
+        "| quantity | old | fast | ratio |",
         "|---|---|---|---|",
     ]
-    for key in ("generation_s", "tokens_per_s", "prefill_tokens", "stats_s", "peak_rss_mib"):
+    keys = ("generation_s", "tokens_per_s", "prefill_tokens", "prefill_s", "decode_s",
+            "decode_steps", "stats_s", "peak_rss_mib")  # fmt: skip
+    for key in keys:
         a, b = s["old"][key], s["fast"][key]
-        lines.append(f"| {key} | {a:.4g} | {b:.4g} | {a / b:.2f} |")
+        ratio = b / a if key == "tokens_per_s" else a / b
+        lines.append(f"| {key} | {a:.4g} | {b:.4g} | {ratio:.2f} |")
+    lines += [
+        "",
+        "ratio: old / fast (the speed-up for times, the reduction for counts), except "
+        "tokens_per_s: fast / old.",
+    ]
     lines += ["", "## Per step", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols]
