@@ -52,3 +52,22 @@ def test_make_data_writes_agent_loop_rows(tmp_path: Path) -> None:
     assert spec["env"] == "kg" and spec["seed"] == 0
     assert set(train["agent_name"]) == {"entropace"}
     assert int(val.iloc[0]["extra_info"]["entropace"]["seed"]) == 1_000_000
+
+
+def test_trainer_builds_from_the_example_config_as_verls_sync_trainer() -> None:
+    """verl's own PPOTrainer.__init__ on the composed config (no Ray cluster is started)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from entropace.integrations.verl import trainer as vt
+
+    with initialize_config_dir(config_dir=str(EXAMPLE / "config"), version_base=None):
+        cfg = compose(config_name="entropace_multitask")
+    OmegaConf.resolve(cfg)
+    t = vt.EntropacePPOTrainer(cfg)
+    assert type(t.replay_buffer) is ReplayBuffer and t.trainer_mode == "sync"
+    assert t.entropace.settings.recipe == "eppo+papo" and t.entropace.needs_sensitivity
+    t._init_resource_pool_mgr()
+    actor = t.role_worker_mapping[Role.ActorRollout]
+    assert actor.__ray_metadata__.class_name == "EntropaceActorRolloutRefWorker"
