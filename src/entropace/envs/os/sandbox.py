@@ -233,6 +233,14 @@ def _probe(bwrap: str, euid: int, unshare: str | None) -> tuple[int | None, bool
                         RuntimeWarning,
                         stacklevel=2,
                     )
+                if not _supports(bwrap, "--disable-userns"):
+                    warnings.warn(
+                        f"{bwrap} has no --disable-userns (bubblewrap < 0.8): commands in the "
+                        "os sandbox can create nested user namespaces, and so mount tmpfs "
+                        "whose size the sandbox does not cap",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 return host_uid, outer is not None, ""
             problem = problem or result.error or f"unexpected output {result.output[:200]!r}"
     return None, False, problem
@@ -240,22 +248,14 @@ def _probe(bwrap: str, euid: int, unshare: str | None) -> tuple[int | None, bool
 
 @functools.lru_cache(maxsize=8)
 def _supports(bwrap: str, option: str) -> bool:
-    """Whether ``bwrap --help`` lists ``option``; warns once when it does not."""
+    """Whether ``bwrap --help`` lists ``option`` (cached per binary)."""
     try:
         text = subprocess.run(  # noqa: S603 - fixed argv
             [bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        text = ""
-    if option in text:
-        return True
-    warnings.warn(
-        f"{bwrap} has no {option} (bubblewrap < 0.8): commands in the os sandbox can create "
-        "nested user namespaces, and so mount tmpfs whose size the sandbox does not cap",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-    return False
+        return False
+    return option in text
 
 
 def empty_state() -> bytes:
