@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from entropace.train.algorithms import RECIPES, Recipe, get_recipe, register_recipe
+from entropace.train.algorithms import (
+    RECIPES,
+    Recipe,
+    effective_bounds,
+    get_recipe,
+    register_recipe,
+)
 from entropace.train.config import (
     ConfigError,
     TrainConfig,
@@ -53,11 +60,46 @@ def test_recipe_below_preset_below_cli(tmp_path) -> None:
     c = load_config(preset, ["algorithm.eps_high=0.25", "algorithm.dynamic_sampling=false"],
                     check_envs=False)  # fmt: skip
     assert c.algorithm.eps_high == 0.25 and not c.algorithm.dynamic_sampling
-    # the CLI can switch the algorithm of a preset; the new recipe applies, the preset's
-    # explicit eps_high still wins over it
+    # the CLI can switch the algorithm of a preset: the new recipe replaces the preset's
+    # settings of its own algorithm (dapo's bounds must not leak into GSPO's sequence clip),
+    # the preset's other settings stay, and the CLI still wins over the new recipe
     c = load_config(preset, ["algo=gspo"], check_envs=False)
-    assert c.algorithm.policy_loss == "gspo" and c.algorithm.eps_low == 3e-4
-    assert c.algorithm.eps_high == 0.3
+    assert c.algorithm.policy_loss == "gspo" and c.algorithm.eps_high is None
+    assert effective_bounds(c.algorithm) == (3e-4, 4e-4)
+    assert not c.algorithm.dynamic_sampling and not c.algorithm.overlong.enabled
+    assert c.steps == 7
+    c = load_config(preset, ["algo=gspo", "algorithm.eps_high=5e-4"], check_envs=False)
+    assert effective_bounds(c.algorithm) == (3e-4, 5e-4)
+
+
+#: The fixed bounds docs/training.md documents per recipe (None: not a fixed clip rule).
+DOCUMENTED_BOUNDS = {
+    "grpo": (0.2, 0.2), "dr_grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "rloo": (0.2, 0.2),
+    "gspo": (3e-4, 4e-4), "clip_cov": (0.2, 0.2), "dcpo": (0.16, 0.2), "ce_gppo": (0.2, 0.2),
+    "papo": (0.2, 0.2), "kl_cov": None, "bapo": None, "eppo": None, "eppo+papo": None,
+    "eppo-global": None, "eppo-notrend": None, "eppo-success": None, "eppo-rewardvar": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", [None, "quick", "paper"])
+def test_every_recipe_under_every_preset_gets_its_documented_bounds(preset) -> None:
+    assert set(DOCUMENTED_BOUNDS) == set(RECIPES)
+    doc = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+    text = doc.read_text()
+    for name, bounds in DOCUMENTED_BOUNDS.items():
+        c = load_config(preset, [f"algo={name}"], check_envs=False).algorithm
+        if bounds is None:  # pacer / BAPO / no clip: the rule decides, not fixed bounds
+            assert c.clip_rule != "fixed" or c.policy_loss == "kl_cov", name
+            assert (c.eps_low, c.eps_high) == (None, None), name
+            continue
+        assert c.clip_rule == "fixed", name
+        assert effective_bounds(c) == pytest.approx(bounds), name
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"{_fmt(bounds[0])}/{_fmt(bounds[1])}" in row, (name, row)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}" if x >= 1e-3 else f"{x:.0e}".replace("e-0", "e-")
 
 
 def test_later_overrides_win_and_values_parse_as_yaml() -> None:
@@ -188,10 +230,10 @@ EXPECTED = {  # BASELINES.md / ALGORITHMS.md, field by field
     "dr_grpo": {"advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm"},
     "dapo": {"eps_low": 0.2, "eps_high": 0.28, "agg": "token-mean", "dynamic_sampling": True},
     "rloo": {"advantage": "rloo", "agg": "token-mean"},
-    "gspo": {"policy_loss": "gspo", "eps_low": 3e-4, "eps_high": 4e-4},
+    "gspo": {"policy_loss": "gspo", "bounds": (3e-4, 4e-4)},
     "clip_cov": {"policy_loss": "clip_cov"},
     "kl_cov": {"policy_loss": "kl_cov"},
-    "dcpo": {"policy_loss": "dcpo", "eps_low": 0.16, "eps_high": 0.2},
+    "dcpo": {"policy_loss": "dcpo", "bounds": (0.16, 0.2)},
     "bapo": {"clip_rule": "bapo", "policy_loss": "ppo"},
     "ce_gppo": {"policy_loss": "ce_gppo"},
     "eppo": {"clip_rule": "pacer", "papo": False},
@@ -209,6 +251,9 @@ def test_every_required_algorithm_is_registered_with_its_defaults() -> None:
     for name, fields in EXPECTED.items():
         a = cfg(f"algo={name}").algorithm
         for key, value in fields.items():
+            if key == "bounds":  # the loss's own defaults (eps_low / eps_high left unset)
+                assert effective_bounds(a) == value and a.eps_low is None, name
+                continue
             obj = a
             for part in key.split("."):
                 obj = getattr(obj, part)

@@ -246,15 +246,33 @@ def test_metrics_keys_follow_the_run_contract() -> None:
     pacer = EntropyPacer()
     pacer.update({"a": 1.0, "b": 2.0})
     assert pacer.metrics() == {
-        "task/a/eps_low": 0.2,
-        "task/a/eps_high": 0.2,
         "task/a/pace_m": 1.0,
         "task/a/pace_z": 0.0,
-        "task/b/eps_low": 0.2,
-        "task/b/eps_high": 0.2,
+        "task/a/pace_delta": 0.0,
+        "task/a/pace_ref": 1.0,
         "task/b/pace_m": 1.0,
         "task/b/pace_z": 0.0,
+        "task/b/pace_delta": 0.0,
+        "task/b/pace_ref": 2.0,
     }
+    assert set(pacer.metrics(["b"])) == {f"task/b/pace_{k}" for k in ("m", "z", "delta", "ref")}
+
+
+def test_a_task_that_appears_late_joins_the_cohort_at_once() -> None:
+    """ALGORITHMS.md section 3 with warmup_steps=1: a task's first observation sets its
+    reference and gives m = 1, and it is paced against the others from that step on."""
+    pacer = EntropyPacer()
+    pacer.update({"a": 1.0, "c": 0.5})
+    pacer.update({"a": 0.8, "c": 0.6})
+    eps = pacer.update({"a": 0.5, "c": 0.3, "d": 1.0})
+    assert eps == pytest.approx({"a": 0.15, "c": 0.224155, "d": 0.262194}, abs=1e-5)
+    # by hand: m_a = .95 * .99 + .05 * .5, m_c = .95 * 1.01 + .05 * .6, m_d = 1
+    m = {"a": 0.95 * 0.99 + 0.05 * 0.5, "c": 0.95 * 1.01 + 0.05 * 0.6, "d": 1.0}
+    mean = sum(m.values()) / 3
+    std = (sum((v - mean) ** 2 for v in m.values()) / 3) ** 0.5
+    z_d = (m["d"] - mean) / (std + 1e-8)
+    assert pacer.snapshot()["d"]["z"] == pytest.approx(z_d)
+    assert eps["d"] == pytest.approx(0.2 * (1 + 0.4 * math.tanh(z_d)))  # delta_d = 0
 
 
 def test_overflowing_ratio_is_an_error_and_leaves_state_unchanged() -> None:

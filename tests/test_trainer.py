@@ -169,21 +169,62 @@ def test_checkpoint_round_trip_and_nan_as_null(tmp_path) -> None:
     cfg = load_config(None, OVERRIDES)
     model, _, _ = trainer_module.build_model(cfg.model)
     learner = build_learner(cfg, model)
+    for p in learner.params:  # one AdamW step, so that the optimiser has moments to save
+        p.grad = torch.randn_like(p)
+    learner.optimizer.step()
     state = {"sampler": {"position": {"letter": 5}}, "x": [1, 2]}
-    path = save_checkpoint(tmp_path, 7, model=model, optimizer=learner.optimizer,
-                           scheduler=learner.scheduler, state=state)  # fmt: skip
+    path = save_checkpoint(tmp_path, 7, model=model, optimizer=learner.optimizer, state=state)
     assert path.name == "step_00000007" and not list(tmp_path.glob(".tmp-*"))
+    # load into a fresh model AND a fresh optimiser (not the objects that saved them)
     other, _, _ = trainer_module.build_model(cfg.model)
     with torch.no_grad():
         for p in other.parameters():
             p.add_(1.0)
-    loaded = load_checkpoint(path, model=other, optimizer=learner.optimizer)
+    fresh = build_learner(cfg, other)
+    assert not fresh.optimizer.state
+    loaded = load_checkpoint(path, model=other, optimizer=fresh.optimizer)
     assert loaded == {"step": 7, **state}
     for p, q in zip(model.parameters(), other.parameters()):
         assert torch.equal(p, q)
+    saved_state, loaded_state = learner.optimizer.state_dict(), fresh.optimizer.state_dict()
+    assert saved_state["state"].keys() == loaded_state["state"].keys()
+    for key, moments in saved_state["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(value, loaded_state["state"][key][name]), (key, name)
     assert clean({"a": math.nan, "b": math.inf, "c": 2, "d": True, "e": 0.5}) == {
         "a": None, "b": None, "c": 2, "d": 1, "e": 0.5,
     }  # fmt: skip
+
+
+def test_resume_rebuilds_the_schedule_from_the_new_config(tmp_path, caplog) -> None:
+    """2 steps of a linear schedule, then ``--resume RUN steps=4``: the LR logged at steps 3-4 is
+    a 4-step linear schedule's at those optimiser steps (the old horizon would give 0), a
+    changed ``optim.weight_decay`` is honoured, and a warning names the changed keys."""
+    run = tmp_path / "run"
+    base = [*OVERRIDES, "steps=2", "optim.schedule=linear", "log.tensorboard=false",
+            "log.report=false", "ppo.epochs=1"]  # fmt: skip
+    preset = tmp_path / "p.yaml"
+    preset.write_text("seed: 3\n")
+    assert main(["train", "--preset", str(preset), *base, "--run-dir", str(run), "--no-report"]) == 0
+    caplog.set_level("WARNING")
+    assert main(["train", "--resume", str(run), "steps=4", "optim.weight_decay=0.01",
+                 "--no-report"]) == 0  # fmt: skip
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    per_step = 2  # ppo.epochs=1 x ppo.num_minibatches=2 optimiser steps per training step
+    total = 4 * per_step
+    for r in rows[2:]:
+        done = r["step"] * per_step
+        assert r["lr"] == pytest.approx(3e-3 * (1 - done / total)), r["step"]
+    assert rows[2]["lr"] > 0  # the old 2-step horizon would have reached 0 at step 2
+    assert "steps: 2 -> 4" in caplog.text and "optim.weight_decay: 0.0 -> 0.01" in caplog.text
+    cfg = load_config_file(run / "config.yaml")
+    assert cfg.steps == 4 and cfg.optim.weight_decay == 0.01
+    state = json.loads((run / "checkpoints" / "step_00000004" / "state.json").read_text())
+    assert state["scheduler_steps"] == total and state["config"]["steps"] == 4
+    # the step-2 optimiser state (weight decay 0) was loaded, then run under the new value
+    optim = torch.load(run / "checkpoints" / "step_00000004" / "optim.pt", weights_only=True)
+    assert {g["weight_decay"] for g in optim["optimizer"]["param_groups"]} == {0.01}
 
 
 def test_sampler_takes_the_next_seeds_of_each_task() -> None:
@@ -253,8 +294,7 @@ def test_lora_checkpoints_hold_the_adapter_and_the_reference_is_the_base(tmp_pat
     base, _, _ = trainer_module.build_model(load_config(None, OVERRIDES).model)
     expected = sequence_token_stats(base, ids, attn, temperature=1.0).logprob
     torch.testing.assert_close(learner.reference(ids, attn), expected)
-    path = save_checkpoint(tmp_path, 1, model=model, optimizer=learner.optimizer,
-                           scheduler=learner.scheduler, state={})  # fmt: skip
+    path = save_checkpoint(tmp_path, 1, model=model, optimizer=learner.optimizer, state={})
     from safetensors.torch import load_file
 
     saved = load_file(str(path / "model.safetensors"))
