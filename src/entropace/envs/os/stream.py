@@ -100,13 +100,17 @@ def decode_stream(
         return _failure(
             f"the sandbox failed ({why[:300]}); the command's changes were discarded", seconds
         )
-    if returncode != 0:  # the final `exec tar -c` could not read everything (exit status 2)
-        why = stderr.decode("utf-8", "replace").strip().splitlines()
-        msg = (
-            f"the files in /work could not all be read back ({'; '.join(why[:3])[:300]}); "
-            "every file and directory must stay readable by its owner (chmod u+r, u+rx for "
-            "directories); the command's changes were discarded"
-        )
+    if returncode != 0:  # the final `exec tar -c` failed: 2 = some work files were unreadable
+        why = "; ".join(stderr.decode("utf-8", "replace").strip().splitlines()[:3])[:300]
+        if returncode == 2:
+            msg = (
+                f"the files in /work could not all be read back ({why}); every file and "
+                "directory must stay readable by its owner (chmod u+r, u+rx for directories); "
+                "the command's changes were discarded"
+            )
+        else:
+            msg = f"the sandbox ended with status {returncode} ({why or 'no message'}); "
+            msg += "the command's changes were discarded"
         return _failure(msg, seconds)
     output, rc_text = b"", None
     work = io.BytesIO()
