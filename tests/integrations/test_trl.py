@@ -195,9 +195,9 @@ def test_recipes_map_to_trl_fields() -> None:
 
 def test_overlong_reward_values() -> None:
     """DAPO's penalty as a reward function: 0 up to L - C, linear to -1 at L, -1 beyond."""
-    from entropace.integrations.trl.trainer import _overlong_reward
+    from entropace.integrations.trl.recipes import overlong_reward
 
-    fn = _overlong_reward(64, 16)
+    fn = overlong_reward(64, 16)
     assert fn(completion_ids=[[0] * n for n in (10, 48, 56, 64, 70)]) == [
         0.0,
         0.0,

@@ -7,7 +7,9 @@
 Modules:
     trainer  ``EntropaceGRPOTrainer`` (a ``trl.GRPOTrainer`` subclass)
     recipes  which algorithm recipes TRL can run (``SUPPORTED``, ``UNSUPPORTED`` with reasons)
-    stats    the chunked no-grad statistics pass and per-task sums
+    stats    the statistics at the sampling temperature: collected during ``generate``, or a
+             chunked no-grad pass
+    steps    the per-batch arithmetic (per-completion bounds, global PAPO rescaling, RLOO)
     envs     entropace's environments as TRL multi-turn rollouts (``env_rollout_func``)
 
 See ``docs/integrations/trl.md``.
@@ -32,9 +34,8 @@ from entropace.integrations.trl.envs import (
 from entropace.integrations.trl.recipes import SUPPORTED, UNSUPPORTED, TRLRecipe, resolve_recipe
 from entropace.integrations.trl.stats import (
     CompletionStats,
+    GenerationStats,
     completion_token_stats,
-    signals_from_sums,
-    task_sums,
 )
 from entropace.integrations.trl.trainer import (
     EPS_HIGH_KEY,
@@ -65,6 +66,7 @@ __all__ = [
     "UNSUPPORTED",
     "CompletionStats",
     "EntropaceGRPOTrainer",
+    "GenerationStats",
     "EnvRolloutConfig",
     "TRLRecipe",
     "completion_token_stats",
@@ -72,6 +74,4 @@ __all__ = [
     "env_reward",
     "env_rollout_func",
     "resolve_recipe",
-    "signals_from_sums",
-    "task_sums",
 ]

@@ -21,13 +21,21 @@ off by default and the recipes leave it as the user set it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from entropace.control import PacerConfig, PolarityConfig
 
-__all__ = ["SUPPORTED", "UNSUPPORTED", "TRLRecipe", "resolve_recipe"]
+__all__ = [
+    "SUPPORTED",
+    "UNSUPPORTED",
+    "TRLRecipe",
+    "apply_recipe",
+    "overlong_reward",
+    "resolve_recipe",
+]
 
 #: Recipe names :class:`EntropaceGRPOTrainer` runs.
 SUPPORTED: tuple[str, ...] = (
@@ -111,33 +119,16 @@ class TRLRecipe:
 
 def _algorithm_config(name: str, overrides: Mapping[str, Any]) -> Any:
     """The validated ``AlgorithmConfig`` of recipe ``name`` with ``overrides`` applied."""
-    from entropace.train import algorithms
+    from entropace.train.algorithms import algorithm_config
 
-    new_api = getattr(algorithms, "algorithm_config", None)
-    if new_api is not None:
-        return new_api(name, dict(overrides))
-    from entropace.train.config import AlgorithmConfig
-    from entropace.train.schema import build_dataclass
-
-    merged: dict[str, Any] = dict(algorithms.get_recipe(name).overrides)
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return build_dataclass(AlgorithmConfig, {**merged, "name": name}, "algorithm")
+    return algorithm_config(name, dict(overrides))
 
 
 def _bounds(a: Any) -> tuple[float, float]:
     """The recipe's fixed ``(eps_low, eps_high)``; ``None`` means the policy loss's defaults."""
-    from entropace.train import algorithms
+    from entropace.train.algorithms import effective_bounds
 
-    effective = getattr(algorithms, "effective_bounds", None)
-    if effective is not None:
-        return effective(a)
-    if a.eps_low is None or a.eps_high is None:
-        raise ValueError(f"algorithm {a.name!r} has no clip bounds")
-    return float(a.eps_low), float(a.eps_high)
+    return effective_bounds(a)
 
 
 def _merge_controller(
@@ -270,3 +261,35 @@ def resolve_recipe(
         overlong=overlong,
         notes=tuple(notes),
     )
+
+
+def apply_recipe(args: Any, recipe: TRLRecipe) -> None:
+    """Write the recipe's ``GRPOConfig`` fields into ``args``; warn where a value the user set
+    (one differing from TRL's default) is replaced, and show the recipe's notes."""
+    defaults = type(args).__dataclass_fields__
+    for key, value in recipe.trl_args.items():
+        current = getattr(args, key)
+        if key == "epsilon_high" and current is None:
+            current = args.epsilon
+        if current != value and current != defaults[key].default:
+            warnings.warn(
+                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} (was {current!r})",
+                stacklevel=3,
+            )
+        setattr(args, key, value)
+    for note in recipe.notes:
+        warnings.warn(f"algorithm={recipe.name!r}: {note}", stacklevel=3)
+
+
+def overlong_reward(max_len: int, cache_len: int) -> Callable[..., list[float]]:
+    """DAPO's soft overlong penalty (:func:`entropace.algos.overlong_penalty`) as a TRL reward
+    function of the completion lengths."""
+    import torch
+
+    from entropace.algos import overlong_penalty
+
+    def entropace_overlong(completion_ids: list[list[int]], **_: Any) -> list[float]:
+        lengths = torch.tensor([len(ids) for ids in completion_ids], dtype=torch.float32)
+        return overlong_penalty(lengths, max_len=max_len, cache_len=cache_len).tolist()
+
+    return entropace_overlong

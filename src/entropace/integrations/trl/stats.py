@@ -8,17 +8,11 @@ LM head is applied to at most ``chunk_size`` masked positions at a time, each ch
 through :func:`entropace.algos.token_stats` at the sampling temperature. Peak extra memory is
 one ``[chunk_size, V]`` logits chunk plus ``token_stats``' float32 work buffers; no
 ``[B, T, V]`` tensor (fp32 or otherwise) is ever built.
-
-:func:`task_sums` / :func:`signals_from_sums` turn per-token entropies, rewards and success
-flags into per-task sums (all-reduced across processes by the caller) and then the controllers'
-inputs, so every rank derives the same ``eps_k`` from the same global numbers.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -31,10 +25,7 @@ __all__ = [
     "CompletionStats",
     "GenerationStats",
     "align_generation_stats",
-    "StepSignals",
     "completion_token_stats",
-    "signals_from_sums",
-    "task_sums",
 ]
 
 
@@ -245,91 +236,3 @@ def align_generation_stats(
         full[:, :used] = torch.where(keep, values[:, :used].to(mask.device), 0.0)
         out.append(full)
     return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-task sums -> controller signals
-# ---------------------------------------------------------------------------------------------
-
-#: Rows of :func:`task_sums`.
-SUM_ROWS: tuple[str, ...] = (
-    "entropy_sum",
-    "tokens",
-    "episodes",
-    "success_sum",
-    "reward_sum",
-    "reward_sq_sum",
-)
-
-
-@dataclass
-class StepSignals:
-    """Per-task controller inputs of one step (tasks present in the global batch only).
-
-    Attributes:
-        task_entropy: ``h_k``, mean entropy over task k's masked completion tokens.
-        task_success: success rate of task k's completions.
-        task_reward_var: population variance of task k's rewards.
-        task_reward: mean reward of task k.
-        batch_entropy: mean entropy over every masked token of the batch (PAPO's ``Hbar``).
-    """
-
-    task_entropy: dict[str, float] = field(default_factory=dict)
-    task_success: dict[str, float] = field(default_factory=dict)
-    task_reward_var: dict[str, float] = field(default_factory=dict)
-    task_reward: dict[str, float] = field(default_factory=dict)
-    batch_entropy: float = math.nan
-
-
-def task_sums(
-    entropy: Tensor,
-    mask: Tensor,
-    rewards: Tensor,
-    success: Tensor,
-    task_ids: Tensor,
-    *,
-    num_tasks: int,
-) -> Tensor:
-    """Per-task sums ``[6, K]`` float64, rows as :data:`SUM_ROWS`.
-
-    Args:
-        entropy: ``[B, T]`` per-token entropies; mask: ``[B, T]`` (only masked tokens count).
-        rewards: ``[B]`` rewards (NaN = unscorable: counted as 0); success: ``[B]`` bool/0-1.
-        task_ids: ``[B]`` long in ``[0, K)``.
-
-    Sums, not means, so that summing the tensors of several processes (``all_reduce``) gives
-    the sums of the global batch.
-    """
-    ids = task_ids.to(torch.long)
-    m = mask.to(torch.float64)
-    per_row_entropy = (entropy.to(torch.float64) * m).sum(dim=1)
-    r = torch.nan_to_num(rewards.to(torch.float64), nan=0.0)
-    columns = (
-        per_row_entropy,
-        m.sum(dim=1),
-        torch.ones_like(r),
-        success.to(torch.float64),
-        r,
-        r * r,
-    )
-    return torch.stack([torch.bincount(ids, c, minlength=num_tasks) for c in columns])
-
-
-def signals_from_sums(sums: Tensor, task_names: Sequence[str]) -> StepSignals:
-    """Controller inputs from (globally reduced) :func:`task_sums`; tasks with no episode are
-    absent, tasks with no masked token get no entropy."""
-    s = sums.to(torch.float64).cpu().tolist()
-    ent, tok, n, succ, rew, rew2 = s
-    sig = StepSignals()
-    for k, name in enumerate(task_names):
-        if n[k] <= 0:
-            continue
-        if tok[k] > 0:
-            sig.task_entropy[name] = ent[k] / tok[k]
-        mean = rew[k] / n[k]
-        sig.task_reward[name] = mean
-        sig.task_success[name] = succ[k] / n[k]
-        sig.task_reward_var[name] = max(0.0, rew2[k] / n[k] - mean * mean)
-    total_tokens = sum(tok)
-    sig.batch_entropy = sum(ent) / total_tokens if total_tokens > 0 else math.nan
-    return sig

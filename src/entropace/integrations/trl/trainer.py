@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -50,16 +50,31 @@ from torch import Tensor
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
-import entropace.algos as algos
-from entropace.control import EntropyPacer, PacerConfig, PolarityConfig, PolarityController
-from entropace.integrations.trl.recipes import TRLRecipe, resolve_recipe
-from entropace.integrations.trl.stats import (
-    GenerationStats,
-    StepSignals,
-    align_generation_stats,
-    completion_token_stats,
+from entropace.control import (
+    ClipSettings,
+    PacerConfig,
+    PolarityConfig,
+    PolarityController,
+    build_clip_rule,
     signals_from_sums,
     task_sums,
+)
+from entropace.integrations.trl.recipes import (
+    TRLRecipe,
+    apply_recipe,
+    overlong_reward,
+    resolve_recipe,
+)
+from entropace.integrations.trl.stats import (
+    GenerationStats,
+    align_generation_stats,
+    completion_token_stats,
+)
+from entropace.integrations.trl.steps import (
+    batch_entropy,
+    completion_bounds,
+    global_polarity_reweight,
+    rloo_slice,
 )
 
 __all__ = ["EntropaceGRPOTrainer", "EPS_HIGH_KEY", "EPS_LOW_KEY", "STATE_FILE", "TASK_IDS_KEY"]
@@ -76,34 +91,6 @@ ROLLOUT_ENTROPY_KEY = "entropace_entropy"
 ROLLOUT_SENSITIVITY_KEY = "entropace_sensitivity"
 #: Per-episode success flag that entropace's rollouts hand over.
 ROLLOUT_SUCCESS_KEY = "entropace_success"
-
-
-def _overlong_reward(max_len: int, cache_len: int) -> Callable[..., list[float]]:
-    """DAPO's soft overlong penalty as a TRL reward function of the completion lengths."""
-
-    def entropace_overlong(completion_ids: list[list[int]], **_: Any) -> list[float]:
-        lengths = torch.tensor([len(ids) for ids in completion_ids], dtype=torch.float32)
-        return algos.overlong_penalty(lengths, max_len=max_len, cache_len=cache_len).tolist()
-
-    return entropace_overlong
-
-
-def _apply_recipe(args: GRPOConfig, recipe: TRLRecipe) -> None:
-    """Write the recipe's ``GRPOConfig`` fields into ``args``; warn where a value the user set
-    (one differing from TRL's default) is replaced."""
-    defaults = GRPOConfig.__dataclass_fields__
-    for key, value in recipe.trl_args.items():
-        current = getattr(args, key)
-        if key == "epsilon_high" and current is None:
-            current = args.epsilon
-        if current != value and current != defaults[key].default:
-            warnings.warn(
-                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} (was {current!r})",
-                stacklevel=3,
-            )
-        setattr(args, key, value)
-    for note in recipe.notes:
-        warnings.warn(f"algorithm={recipe.name!r}: {note}", stacklevel=3)
 
 
 class EntropaceGRPOTrainer(GRPOTrainer):
@@ -163,12 +150,10 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             overrides=algorithm_overrides,
             max_completion_length=args.max_completion_length,
         )
-        _apply_recipe(args, recipe)
+        apply_recipe(args, recipe)
         if recipe.overlong is not None:
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
-            reward_funcs = [f for f in funcs if f is not None] + [
-                _overlong_reward(*recipe.overlong)
-            ]
+            reward_funcs = [f for f in funcs if f is not None] + [overlong_reward(*recipe.overlong)]
             if args.reward_weights is not None:
                 args.reward_weights = [*args.reward_weights, 1.0]
             rpc = kwargs.get("reward_processing_classes")
@@ -183,7 +168,18 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self._generation_stats: Any = None
         self.task_names = self._find_task_names(train_dataset, task_column, task_names, recipe)
         self._task_index = {name: k for k, name in enumerate(self.task_names)}
-        self.pacer = EntropyPacer(config=recipe.pacer) if recipe.pacer is not None else None
+        self.clip_rule = (
+            build_clip_rule(
+                "pacer",
+                ClipSettings(
+                    eps_low=recipe.trl_args["epsilon"],
+                    eps_high=recipe.trl_args["epsilon_high"],
+                    pacer=recipe.pacer,
+                ),
+            )
+            if recipe.pacer is not None
+            else None
+        )
         self.polarity_controller = (
             PolarityController(config=recipe.polarity) if recipe.polarity is not None else None
         )
@@ -198,6 +194,11 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             processing_class=processing_class,
             **kwargs,
         )
+
+    @property
+    def pacer(self) -> Any:
+        """EPPO's :class:`~entropace.control.EntropyPacer` (None when the recipe has none)."""
+        return self.clip_rule.pacer if self.clip_rule is not None else None
 
     # ------------------------------------------------------------------------------ set-up
     @staticmethod
@@ -395,117 +396,63 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         sums = task_sums(
             entropy if entropy is not None else torch.zeros_like(mask),
             mask if entropy is not None else torch.zeros_like(mask),
-            rewards,
+            torch.nan_to_num(rewards, nan=0.0),
             success,
             task_ids,
-            num_tasks=len(self.task_names),
+            len(self.task_names),
         )
-        signals = signals_from_sums(self._reduce(sums), self.task_names)
+        sums = self._reduce(sums)  # the global batch's sums, on every rank
+        signals = signals_from_sums(sums, self.task_names)
+        present = list(signals.task_success)
         metrics: dict[str, float] = {}
-        for name in signals.task_success:
+        for name in present:
             metrics[f"task/{name}/success"] = signals.task_success[name]
             metrics[f"task/{name}/reward"] = signals.task_reward[name]
             if name in signals.task_entropy:
                 metrics[f"task/{name}/entropy"] = signals.task_entropy[name]
-
         output[TASK_IDS_KEY] = task_ids  # [B] index into task_names (metrics, debugging)
-        if self.pacer is not None:
-            metrics.update(self._pace(output, signals, task_ids, update=mode == "train"))
+
+        # EPPO: the clip rule updates from this batch (train mode), each completion gets its
+        # task's bounds in TRL's clamp
+        if self.clip_rule is not None:
+            cfg = self.pacer.config
+            default = (cfg.eps0, cfg.eps0 if cfg.eps_high0 is None else cfg.eps_high0)
+            if mode == "train":
+                bounds = self.clip_rule.on_step(signals)
+            else:
+                bounds = {k: tuple(v) for k, v in self.pacer.bounds().items()}
+            output[EPS_LOW_KEY], output[EPS_HIGH_KEY] = completion_bounds(
+                bounds, self.task_names, task_ids, default
+            )
+            for name in present:
+                lo, hi = bounds.get(name, default)
+                metrics[f"task/{name}/eps_low"] = lo
+                metrics[f"task/{name}/eps_high"] = hi
+            metrics.update(self.clip_rule.metrics(present))
         if recipe.advantage == "rloo":
-            group = torch.arange(rewards_all.numel(), device=device) // self.num_generations
-            adv = algos.rloo_advantages(torch.nan_to_num(rewards_all, nan=0.0), group)
-            adv = torch.where(torch.isnan(rewards_all), torch.zeros_like(adv), adv)
-            output["advantages"] = adv[rank * local : (rank + 1) * local].to(torch.float32)
-        if self.polarity_controller is not None and mode == "train":
+            rows = slice(rank * local, (rank + 1) * local)
+            output["advantages"] = rloo_slice(rewards_all, self.num_generations, rows)
+        # PAPO: the controller updates from the global mean entropy, then (B, T) advantages
+        ctrl = self.polarity_controller
+        if ctrl is not None and mode == "train":
             assert sensitivity is not None
-            metrics.update(self._reweight(output, signals, sensitivity, mask))
+            h = batch_entropy(sums)
+            if h == h:  # not NaN: some token was scored
+                ctrl.update(h)
+            output["advantages"], masses = global_polarity_reweight(
+                output["advantages"],
+                sensitivity,
+                mask,
+                w_plus=ctrl.w_plus,
+                w_minus=ctrl.w_minus,
+                reduce=self._reduce,
+                world_size=self.accelerator.num_processes,
+            )
+            metrics.update({f"polarity/{k}": v for k, v in masses.items()})
+            metrics.update(ctrl.metrics())
         for key, value in metrics.items():
             self._metrics[mode][f"entropace/{key}"].append(float(value))
         return output
-
-    def _pace(
-        self, output: dict[str, Any], signals: StepSignals, task_ids: Tensor, *, update: bool
-    ) -> dict[str, float]:
-        """EPPO: update the pacer (train mode) and put each completion's bounds in the batch."""
-        assert self.pacer is not None
-        if update and signals.task_entropy:
-            present = {k: v for k, v in signals.task_success.items() if k in signals.task_entropy}
-            self.pacer.update(
-                signals.task_entropy,
-                task_success=present,
-                task_reward_var={k: signals.task_reward_var[k] for k in present},
-            )
-        cfg = self.pacer.config
-        default = (cfg.eps0, cfg.eps_high0 if cfg.eps_high0 is not None else cfg.eps0)
-        bounds = self.pacer.bounds()
-        table = torch.tensor(
-            [bounds.get(name, default) for name in self.task_names],
-            dtype=torch.float32,
-            device=task_ids.device,
-        )
-        per_row = table[task_ids]  # [B, 2]
-        output[EPS_LOW_KEY] = per_row[:, :1].contiguous()
-        output[EPS_HIGH_KEY] = per_row[:, 1:].contiguous()
-        out: dict[str, float] = {}
-        snapshot = self.pacer.snapshot()
-        for name in signals.task_success:
-            lo, hi = bounds.get(name, default)
-            out[f"task/{name}/eps_low"] = lo
-            out[f"task/{name}/eps_high"] = hi
-            snap = snapshot.get(name)
-            if snap is not None:
-                out[f"task/{name}/pace_m"] = float(snap["m"])  # type: ignore[arg-type]
-                out[f"task/{name}/pace_z"] = float(snap["z"])  # type: ignore[arg-type]
-                out[f"task/{name}/pace_delta"] = float(snap["delta"])  # type: ignore[arg-type]
-        return out
-
-    def _reweight(
-        self, output: dict[str, Any], signals: StepSignals, sensitivity: Tensor, mask: Tensor
-    ) -> dict[str, float]:
-        """PAPO: controller update from the global mean entropy, then (B, T) advantages."""
-        ctrl = self.polarity_controller
-        assert ctrl is not None
-        if signals.batch_entropy == signals.batch_entropy:  # not NaN: some token was scored
-            ctrl.update(signals.batch_entropy)
-        w_plus, w_minus = ctrl.w_plus, ctrl.w_minus
-        adv = output["advantages"].to(torch.float32)
-        adv_tok = adv[:, None] * mask if adv.dim() == 1 else adv * mask
-        polarity = algos.entropy_polarity(adv_tok, sensitivity)
-        keep = mask > 0
-        weight = torch.where(
-            polarity > 0,
-            torch.tensor(w_plus, device=adv.device),
-            torch.where(polarity < 0, torch.tensor(w_minus, device=adv.device), 1.0),
-        )
-        a_abs = torch.where(keep, adv_tok.abs(), 0.0).double()
-        local = torch.stack(
-            [
-                a_abs.sum(),
-                (a_abs * (polarity > 0)).sum(),
-                (a_abs * (polarity < 0)).sum(),
-                (a_abs * weight.double()).sum(),
-            ]
-        )
-        total, pos, neg, after = self._reduce(local).tolist()
-        reweighted = algos.polarity_reweight(
-            adv_tok, polarity, mask, w_plus=w_plus, w_minus=w_minus
-        )
-        if self.accelerator.num_processes > 1:
-            # polarity_reweight rescaled by this rank's sum|A| / sum|A'|; use the global one
-            local_total, local_after = float(local[0]), float(local[3])
-            local_scale = local_total / local_after if local_after > 0 else 1.0
-            global_scale = total / after if after > 0 else 1.0
-            factor = global_scale / local_scale if local_after > 0 else 1.0
-            reweighted = torch.where(keep, reweighted * factor, reweighted)
-        output["advantages"] = reweighted
-        return {
-            "polarity/w_plus": w_plus,
-            "polarity/w_minus": w_minus,
-            "polarity/u": ctrl.u,
-            "polarity/rho": ctrl.rho,
-            "polarity/pos_mass": pos / total if total > 0 else 0.0,
-            "polarity/neg_mass": neg / total if total > 0 else 0.0,
-        }
 
     # --------------------------------------------------------------------------- checkpoints
     def entropace_state_dict(self) -> dict[str, Any]:
@@ -514,7 +461,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             "version": 1,
             "algorithm": self.entropace_recipe.name,
             "task_names": list(self.task_names),
-            "pacer": self.pacer.state_dict() if self.pacer is not None else None,
+            "pacer": self.clip_rule.state_dict() if self.clip_rule is not None else None,
             "polarity": (
                 self.polarity_controller.state_dict()
                 if self.polarity_controller is not None
@@ -529,8 +476,8 @@ class EntropaceGRPOTrainer(GRPOTrainer):
                 f"checkpoint was written by algorithm={state.get('algorithm')!r}, this trainer "
                 f"runs {self.entropace_recipe.name!r}"
             )
-        if self.pacer is not None and state.get("pacer") is not None:
-            self.pacer.load_state_dict(state["pacer"])
+        if self.clip_rule is not None and state.get("pacer") is not None:
+            self.clip_rule.load_state_dict(state["pacer"])
         if self.polarity_controller is not None and state.get("polarity") is not None:
             self.polarity_controller.load_state_dict(state["polarity"])
 
