@@ -193,6 +193,24 @@ def test_recipes_map_to_trl_fields() -> None:
         resolve_recipe("eppo-notrend", pacer=PacerConfig())
 
 
+def test_eppo_needs_a_task_column(model_dir: str, tmp_path: Path) -> None:
+    import datasets
+
+    rows = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 4)
+    with pytest.raises(ValueError, match="needs a 'task' column"):
+        EntropaceGRPOTrainer(
+            model_dir,
+            trl_run.digit_reward,
+            args=trl_run.grpo_args(str(tmp_path)),
+            train_dataset=rows,
+            algorithm="eppo",
+        )
+    with pytest.raises(ValueError, match="cannot run inside TRL.*BAPO searches"):
+        EntropaceGRPOTrainer(
+            model_dir, trl_run.digit_reward, args=trl_run.grpo_args(str(tmp_path)), algorithm="bapo"
+        )
+
+
 def test_overlong_reward_values() -> None:
     """DAPO's penalty as a reward function: 0 up to L - C, linear to -1 at L, -1 beyond."""
     from entropace.integrations.trl.recipes import overlong_reward

@@ -106,4 +106,5 @@ def test_db_and_kg_episodes_through_trl(
         sel = batch.task_ids == k
         h = float((batch.entropy[sel] * batch.loss_mask[sel]).sum() / batch.loss_mask[sel].sum())
         assert log[f"entropace/task/{name}/entropy"] == pytest.approx(h, rel=1e-6)
+        assert log[f"entropace/task/{name}/abnormal"] == 1.0  # truncated by max_turns
     assert log["completions/mean_length"] == pytest.approx(float(batch.loss_mask.sum()) / 8)

@@ -26,6 +26,7 @@ __all__ = [
     "GenerationStats",
     "align_generation_stats",
     "completion_token_stats",
+    "rows_to_tensor",
 ]
 
 
@@ -236,3 +237,13 @@ def align_generation_stats(
         full[:, :used] = torch.where(keep, values[:, :used].to(mask.device), 0.0)
         out.append(full)
     return CompletionStats(logprob=out[0], entropy=out[1], sensitivity=out[2])
+
+
+def rows_to_tensor(rows: list[list[float]], mask: Tensor) -> Tensor:
+    """Per-token values of each completion (lists, e.g. from a ``rollout_func``) as a
+    ``[B, C]`` float32 tensor shaped like ``mask`` (right-padded), 0 off the mask."""
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    for i, values in enumerate(rows):
+        row = torch.tensor(values[: mask.shape[1]], dtype=torch.float32)
+        out[i, : row.numel()] = row.to(mask.device)
+    return torch.where(mask > 0, out, 0.0)

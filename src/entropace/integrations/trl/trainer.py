@@ -15,9 +15,10 @@ four private methods and changes nothing else:
       multi-turn rollouts bring their own, computed by our rollout engine;
    b. per-task sums of entropy / tokens / episodes / success / reward / reward^2, SUM-reduced
       across processes, so every rank sees the global batch's numbers;
-   c. EPPO: :class:`~entropace.control.EntropyPacer` updates from ``h_k`` (or the success rate
-      / reward variance for the ablations), and every completion gets its task's bounds as
-      ``[B, 1]`` tensors ``entropace_eps_low`` / ``entropace_eps_high`` in the batch;
+   c. EPPO: the ``pacer`` clip rule (``entropace.control.build_clip_rule``, around
+      :class:`~entropace.control.EntropyPacer`) steps on these signals (``h_k``, or the success
+      rate / reward variance for the ablations), and every completion gets its task's bounds
+      as ``[B, 1]`` tensors ``entropace_eps_low`` / ``entropace_eps_high`` in the batch;
    d. RLOO: leave-one-out advantages from the global rewards replace TRL's;
    e. PAPO: :class:`~entropace.control.PolarityController` updates from the global mean token
       entropy; polarity ``P = A S`` and :func:`~entropace.algos.polarity_reweight` turn the
@@ -69,6 +70,7 @@ from entropace.integrations.trl.stats import (
     GenerationStats,
     align_generation_stats,
     completion_token_stats,
+    rows_to_tensor,
 )
 from entropace.integrations.trl.steps import (
     batch_entropy,
@@ -89,8 +91,9 @@ STATE_FILE = "entropace_state.json"
 #: Per-token statistics that entropace's multi-turn rollouts hand over as extra fields.
 ROLLOUT_ENTROPY_KEY = "entropace_entropy"
 ROLLOUT_SENSITIVITY_KEY = "entropace_sensitivity"
-#: Per-episode success flag that entropace's rollouts hand over.
+#: Per-episode success / abnormal-end flags that entropace's rollouts hand over.
 ROLLOUT_SUCCESS_KEY = "entropace_success"
+ROLLOUT_ABNORMAL_KEY = "entropace_abnormal"
 
 
 class EntropaceGRPOTrainer(GRPOTrainer):
@@ -332,16 +335,9 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         """``(entropy, sensitivity)`` ``[B, C]`` of the completion tokens at the sampling
         temperature: from our rollout engine when it supplied them, else from the scores seen
         during ``generate``, else one no-grad pass."""
-        width = mask.shape[1]
         if inputs and all(ROLLOUT_ENTROPY_KEY in x for x in inputs):
-            out = []
-            for key in (ROLLOUT_ENTROPY_KEY, ROLLOUT_SENSITIVITY_KEY):
-                t = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-                for i, x in enumerate(inputs):
-                    values = torch.tensor(x[key][:width], dtype=torch.float32)
-                    t[i, : values.numel()] = values.to(mask.device)
-                out.append(t * (mask > 0))
-            return out[0], out[1]
+            entropy = rows_to_tensor([x[ROLLOUT_ENTROPY_KEY] for x in inputs], mask)
+            return entropy, rows_to_tensor([x[ROLLOUT_SENSITIVITY_KEY] for x in inputs], mask)
         if self._generation_stats is not None:
             collected, self._generation_stats = self._generation_stats, None
             aligned = align_generation_stats(collected, output["completion_ids"], mask)
@@ -393,6 +389,9 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         entropy = sensitivity = None
         if recipe.needs_stats:
             entropy, sensitivity = self._token_stats(output, inputs, mask)
+        abnormal = None
+        if inputs and all(ROLLOUT_ABNORMAL_KEY in x for x in inputs):
+            abnormal = torch.tensor([bool(x[ROLLOUT_ABNORMAL_KEY]) for x in inputs], device=device)
         sums = task_sums(
             entropy if entropy is not None else torch.zeros_like(mask),
             mask if entropy is not None else torch.zeros_like(mask),
@@ -400,6 +399,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             success,
             task_ids,
             len(self.task_names),
+            abnormal=abnormal,
         )
         sums = self._reduce(sums)  # the global batch's sums, on every rank
         signals = signals_from_sums(sums, self.task_names)
@@ -410,6 +410,8 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             metrics[f"task/{name}/reward"] = signals.task_reward[name]
             if name in signals.task_entropy:
                 metrics[f"task/{name}/entropy"] = signals.task_entropy[name]
+            if abnormal is not None:
+                metrics[f"task/{name}/abnormal"] = signals.task_abnormal[name]
         output[TASK_IDS_KEY] = task_ids  # [B] index into task_names (metrics, debugging)
 
         # EPPO: the clip rule updates from this batch (train mode), each completion gets its
