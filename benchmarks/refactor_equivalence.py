@@ -42,10 +42,16 @@ class LetterEnv:
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         ok = self.letter in action
-        return ("Correct." if ok else "Try again."), float(ok), ok, False, {
-            "success": ok,
-            "parse_error": False,
-        }
+        return (
+            ("Correct." if ok else "Try again."),
+            float(ok),
+            ok,
+            False,
+            {
+                "success": ok,
+                "parse_error": False,
+            },
+        )
 
 
 def _register() -> None:

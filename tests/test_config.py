@@ -273,7 +273,48 @@ def test_register_recipe_checks_its_overrides() -> None:
         del RECIPES["my-dapo"]
 
 
-def test_config_sections_are_plain_dataclasses() -> None:
-    # one source of truth: every YAML key is a dataclass field
-    c = cfg(preset="quick")
-    assert dataclasses.is_dataclass(c) and dataclasses.is_dataclass(c.rollout)
+def test_saved_config_is_every_dataclass_field_and_round_trips(tmp_path) -> None:
+    # one source of truth: the saved YAML has exactly the dataclass fields, and loads back equal
+    import yaml
+
+    from entropace.train.config import save_config
+
+    c = cfg("algo=dapo", "algorithm.loss_options={dual_clip: 4}", preset="quick")
+    path = save_config(c, tmp_path / "config.yaml")
+
+    def keys(obj, data, prefix=""):
+        fields = {f.name: f for f in dataclasses.fields(obj)}
+        assert set(data) == set(fields), prefix
+        for name, value in data.items():
+            if dataclasses.is_dataclass(getattr(obj, name)):
+                keys(getattr(obj, name), value, f"{prefix}{name}.")
+
+    keys(c, yaml.safe_load(path.read_text()))
+    back = load_config_file(path, check_envs=False)
+    assert to_dict(back) == to_dict(c) and isinstance(back, TrainConfig)
+    assert back.algorithm.loss_options == {"dual_clip": 4}
+
+
+def test_unknown_preset_error_reads_well() -> None:
+    with pytest.raises(ConfigError) as err:
+        cfg(preset="quik")
+    msg = str(err.value)
+    assert msg.startswith("unknown preset 'quik' (did you mean 'quick'?); presets: [")
+    assert "allowed keys" not in msg and "'paper'" in msg and msg.endswith("a .yaml file)")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ("algorithm.loss_options={beta1: 0.5}", r"unknown config key 'algorithm.loss_options.beta1'.*dual_clip"),
+        ("algorithm.loss_options={dual_clip: 0.5}", r"algorithm.loss_options: dual_clip must be > 1"),
+        ("algorithm.loss_options={dual_clip: high}", r"algorithm.loss_options.dual_clip: expected a number, got .high."),
+    ],
+)  # fmt: skip
+def test_loss_options_are_validated_when_the_config_loads(options, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        cfg(options)
+    c = cfg("algo=clip_cov", "algorithm.loss_options={clip_ratio: 0.01}")
+    assert c.algorithm.loss_options == {"clip_ratio": 0.01}
+    with pytest.raises(ConfigError, match="cov_lower <= cov_upper"):
+        cfg("algo=clip_cov", "algorithm.loss_options={cov_lower: 9}")

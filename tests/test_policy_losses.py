@@ -353,7 +353,7 @@ def test_no_host_sync(name: str) -> None:
     mask = torch.ones(B, T, device="meta")
     num_tokens, num_seqs = loss_counts(mask)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-        out = call_loss(name, 
+        out = call_loss(name,
             lp, torch.randn(B, T, device="meta"), torch.randn(B, device="meta"), mask,
             eps_low=torch.full((B, 1), 0.2, device="meta"), eps_high=0.28, agg=agg, seq_norm=T,
             num_tokens=num_tokens, num_seqs=num_seqs,

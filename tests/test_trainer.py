@@ -205,7 +205,9 @@ def test_resume_rebuilds_the_schedule_from_the_new_config(tmp_path, caplog) -> N
             "log.report=false", "ppo.epochs=1"]  # fmt: skip
     preset = tmp_path / "p.yaml"
     preset.write_text("seed: 3\n")
-    assert main(["train", "--preset", str(preset), *base, "--run-dir", str(run), "--no-report"]) == 0
+    assert (
+        main(["train", "--preset", str(preset), *base, "--run-dir", str(run), "--no-report"]) == 0
+    )
     caplog.set_level("WARNING")
     assert main(["train", "--resume", str(run), "steps=4", "optim.weight_decay=0.01",
                  "--no-report"]) == 0  # fmt: skip

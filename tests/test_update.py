@@ -429,20 +429,103 @@ def test_bapo_bounds_come_from_the_controller_per_optimizer_step(tiny) -> None:
     assert metrics["bapo/c_low"] == pytest.approx(1 - calls[1]["eps_low"])
 
 
+def record_loss_inputs(learner) -> list:
+    """Wrap ``learner.loss`` so that every call's :class:`LossInputs` is recorded."""
+    import dataclasses
+
+    calls: list = []
+    spec = learner.loss
+
+    def fn(inputs, cfg):
+        calls.append(inputs)
+        return spec.fn(inputs, cfg)
+
+    learner.loss = dataclasses.replace(spec, fn=fn)
+    return calls
+
+
+G_A = [1.0, 0.0, 0.0]  # rewards of group a (rows 0-2); group b (rows 3-5) is all ones
+GRPO_A = (1 - 1 / 3) / (math.sqrt(1 / 3) + 1e-6)  # (R - mean) / (unbiased std + eps), row 0
+
+#: What each recipe must hand the loss on the first micro-batch (rows 0-2 of the first
+#: mini-batch): loss name, aggregation, per-trajectory bounds, row-0 advantage.
+FIRST_CALL = {
+    "grpo": ("ppo", "seq-mean-token-mean", (0.2, 0.2), GRPO_A),
+    "dr_grpo": ("ppo", "seq-mean-token-sum-norm", (0.2, 0.2), 2 / 3),
+    "dapo": ("ppo", "token-mean", (0.2, 0.28), GRPO_A),
+    "rloo": ("ppo", "token-mean", (0.2, 0.2), 1.0),
+    "gspo": ("gspo", "seq-mean-token-mean", (3e-4, 4e-4), GRPO_A),
+    "clip_cov": ("clip_cov", "token-mean", (0.2, 0.2), GRPO_A),
+    "kl_cov": ("kl_cov", "token-mean", (0.2, 0.2), GRPO_A),
+    "dcpo": ("dcpo", "seq-mean-token-mean", (0.16, 0.2), GRPO_A),
+    "ce_gppo": ("ce_gppo", "token-mean", (0.2, 0.2), GRPO_A),
+    "bapo": ("ppo", "token-mean", (0.4, 0.2), GRPO_A),  # BAPO's on-policy first search
+}  # fmt: skip
+PACED = {  # the pacer options each EPPO variant must run with
+    "eppo": {}, "eppo+papo": {}, "eppo-global": {"task_wise": False},
+    "eppo-notrend": {"trend": False}, "eppo-success": {"signal": "success"},
+    "eppo-rewardvar": {"signal": "reward_var"},
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_every_recipe_takes_finite_optimizer_steps(tiny, name) -> None:
-    batch = make_batch(tiny, rewards=(1.0, 0.0, 0.0, 1.0, 1.0, 1.0))
+def test_every_recipe_feeds_the_loss_its_distinguishing_inputs(tiny, name) -> None:
+    """Each recipe's own effect, checked on what its loss receives (not only "it ran")."""
+    assert set(FIRST_CALL) | set(PACED) | {"papo"} == set(RECIPES)
+    batch = make_batch(tiny, rewards=(*G_A, 1.0, 1.0, 1.0))
     model = copy.deepcopy(tiny)
+    cfg = make_cfg(f"algo={name}", "ppo.num_minibatches=2", "ppo.shuffle=false")
+    learner = build_learner(cfg, model)
+    calls = record_loss_inputs(learner)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
-    learner = build_learner(make_cfg(f"algo={name}", "ppo.num_minibatches=2"), model)
     metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
-    assert metrics["skipped_steps"] == 0
+    assert metrics["skipped_steps"] == 0 and metrics["optimizer_steps"] == 2
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])
-    assert metrics["optimizer_steps"] == 2
-    if name == "dapo":  # dynamic sampling dropped the all-equal group
-        assert metrics["dapo/kept_frac"] == 0.5
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert float((after - before).abs().max()) > 0
+    first = calls[0]
+    plain, _ = token_advantages(batch, make_cfg())  # GRPO advantages, no reweighting
+    m = batch.loss_mask[:3] > 0
+    if name in FIRST_CALL:
+        loss, agg, (lo, hi), adv0 = FIRST_CALL[name]
+        assert learner.loss.name == loss and first.agg == agg
+        eps = [(float(torch.as_tensor(first.eps_low).flatten()[0]),
+                float(torch.as_tensor(first.eps_high).flatten()[0]))]  # fmt: skip
+        assert eps[0] == pytest.approx((lo, hi)), name
+        assert float(first.advantages[0][m[0]][0]) == pytest.approx(adv0, rel=1e-5), name
+    if name == "dr_grpo":
+        assert first.seq_norm == 32.0  # rollout.max_episode_tokens
+    if name == "dapo":  # dynamic sampling drops the all-equal group b: one mini-batch of a
+        assert metrics["dapo/kept_frac"] == 0.5 and len(calls) == 2
+        assert all(c.advantages.shape[0] <= 3 for c in calls)
+    if name == "clip_cov":
+        assert first.generator is not None and "loss/cov_drop_frac" in metrics
+    if name == "kl_cov":  # not A-weighted: all-equal rewards still run the passes
+        flat = make_batch(tiny, rewards=(1.0,) * 6)
+        assert update_step(learner, flat)["update/zero_advantage"] == 0.0
+    if name in ("papo", "eppo+papo"):  # reweighted by polarity, sum |A| preserved
+        adv = first.advantages
+        assert not torch.allclose(adv, plain[:3])
+        torch.testing.assert_close(adv.abs().sum(), plain[:3].abs().sum())
+    elif name not in ("dr_grpo", "rloo", "dapo"):  # GRPO advantages, untouched
+        assert torch.equal(first.advantages, plain[:3]), name
+    if name in PACED:  # step 2 with task b collapsing: bounds from a pacer of those options
+        batch2 = copy.deepcopy(batch)
+        batch2.entropy[3:] *= 0.5
+        calls.clear()
+        update_step(learner, batch2)
+        pacer = EntropyPacer(**PACED[name])
+        for b in (batch, batch2):
+            sig, _ = batch_signals(b)
+            pacer.update(sig.task_entropy, task_success=sig.task_success,
+                         task_reward_var=sig.task_reward_var)  # fmt: skip
+        expected = [pacer.bounds()[t][0] for t in ("a", "a", "a", "b", "b", "b")]
+        used = torch.cat([c.eps_low.flatten() for c in calls[:2]]).tolist()
+        assert used == pytest.approx(expected), name
+        if name in ("eppo", "eppo+papo"):
+            assert expected[3] < expected[0]  # the collapsing task gets the tighter range
+        if name == "eppo-global":
+            assert set(expected) == {0.2}
 
 
 def test_warmup_schedule_values() -> None:

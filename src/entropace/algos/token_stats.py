@@ -7,8 +7,13 @@ sampled token ``y`` (PAPO, "entropy polarity"; see ``shared/docs/ALGORITHMS.md``
 - ``entropy = H = -sum_v p_v log p_v``
 - ``t1 = p_y (H + log p_y)``                  (the sampled-token term)
 - ``t2 = sum_v p_v^2 (H + log p_v) = H sum_v p_v^2 + sum_v p_v^2 log p_v``   (state-wise correction)
-- ``sensitivity S = t2 - t1``: one logit-space step ``z <- z + eta A (e_y - p)`` changes the entropy
-  by ``eta A S + O(eta^2)`` (``dH/dz_v = -p_v (log p_v + H)``).
+- ``sensitivity S = t2 - t1``, the first-order entropy change (``dH/dx_v = -p_v (log p_v + H)``):
+  a step in the tempered logits ``x <- x + eta A (e_y - p)`` changes the entropy by
+  ``eta A S + O(eta^2)``; the same step on the raw logits, ``z <- z + eta A (e_y - p)``, moves
+  ``x`` by ``1/T`` of it and changes the entropy by ``eta A S / T``; a gradient-ascent step on
+  ``A log p_y`` in raw logit space, ``z <- z + eta A d(log p_y)/dz = z + eta A (e_y - p) / T``,
+  changes it by ``eta A S / T^2`` (PAPO's first-order statement, with the temperature made
+  explicit; at ``T = 1`` all three coincide).
 
 Memory: the logits are processed ``chunk_size`` rows at a time; only one chunk of full-vocabulary
 float32 work buffers exists at any moment (a few of them, each ``chunk_size x V``), never a float32

@@ -15,9 +15,10 @@ The EMA, reference and warmup rules are EPPO's (see :mod:`entropace.control._rat
 warmup ``rho = 1`` and ``g = 0``, so ``u = tanh(kappa (rho_target - 1))`` (with the defaults,
 entropy is at its reference, above target, and contraction is mildly favoured).
 
-The weights are applied to the advantages by the PAPO loss (``A' = w_plus A`` where ``P > 0``,
-``w_minus A`` where ``P < 0``, then a rescale that keeps ``sum |A'| = sum |A|``); this object only
-holds the state.
+The weights are applied by :func:`entropace.algos.polarity_reweight` to the advantages, before any
+policy loss sees them (``A' = w_plus A`` where ``P > 0``, ``w_minus A`` where ``P < 0``, then a
+rescale that keeps ``sum |A'| = sum |A|``); PAPO has no loss of its own, and this object only
+holds the phase state.
 """
 
 from __future__ import annotations

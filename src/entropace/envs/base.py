@@ -12,7 +12,9 @@ Conventions shared by every family (the trainer and the CLI rely on them):
 * ``info["success"]`` (bool) is present in every ``step`` info; it is True only on the step
   that solves the instance.
 * ``info["parse_error"]`` (bool) is present in every ``step`` info; True when the action could
-  not be parsed as any valid action of the family (the trainer counts these as abnormal).
+  not be parsed as any valid action of the family. A parse error ends the episode (as an
+  abnormal end) only when ``rollout.end_on_parse_error`` is set; otherwise the episode goes on
+  and the error observation is the next turn's input.
 * ``reset`` info carries ``task`` (family name), ``seed``, ``difficulty`` and ``gold`` (the
   gold answer or goal, as text, for ``entropace envs sample`` and debugging; never shown to
   the agent).
