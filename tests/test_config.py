@@ -318,3 +318,12 @@ def test_loss_options_are_validated_when_the_config_loads(options, match) -> Non
     assert c.algorithm.loss_options == {"clip_ratio": 0.01}
     with pytest.raises(ConfigError, match="cov_lower <= cov_upper"):
         cfg("algo=clip_cov", "algorithm.loss_options={cov_lower: 9}")
+
+
+def test_a_preset_options_for_deselected_tasks_do_not_apply() -> None:
+    # quick has options for reasoning; choosing other tasks must not trip over them
+    assert cfg("tasks=db,kg", preset="quick").tasks.options == {}
+    kept = cfg("tasks=db,reasoning", preset="quick").tasks.options
+    assert kept == {"reasoning": {"datasets": "basic_arithmetic,chain_sum"}}
+    with pytest.raises(ConfigError, match="tasks.options: 'kg' is not allowed"):
+        cfg("tasks=db", "tasks.options={kg: {}}", preset="quick")

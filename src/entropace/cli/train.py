@@ -13,6 +13,7 @@ examples:
   entropace train --preset quick algo=eppo tasks=db,kg,reasoning steps=20
   entropace train --preset my.yaml optim.lr=1e-5 --run-dir runs/try1
   entropace train --resume runs/try1 steps=40     # continue (and extend) a run
+  entropace train --preset quick --run-dir runs/try1 --overwrite   # move the old run aside
 
 overrides are key.sub=value (YAML values); shortcuts: algo, tasks, model, lr, P, G.
 """
@@ -37,14 +38,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--resume", type=Path, default=None, metavar="RUN",
         help="continue RUN from its latest checkpoint (its config.yaml + overrides)",
     )  # fmt: skip
+    p.add_argument(
+        "--overwrite", action="store_true",
+        help="the run directory holds a run: move it aside to RUN.old-<time> and start anew "
+        "(without it, such a directory is refused)",
+    )  # fmt: skip
     p.add_argument("--no-report", action="store_true", help="skip writing RUN/report")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from entropace.train.checkpoint import CheckpointError
     from entropace.train.config import ConfigError, load_config, load_config_file
     from entropace.train.trainer import train
 
+    if args.resume is not None and args.overwrite:
+        print(
+            "entropace train: error: --resume and --overwrite exclude each other", file=sys.stderr
+        )
+        return 2
     try:
         if args.resume is not None:
             config = args.resume / "config.yaml"
@@ -66,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        result = train(cfg, run_dir, resume=args.resume is not None)
-    except (FileNotFoundError, ImportError) as err:
+        result = train(cfg, run_dir, resume=args.resume is not None, overwrite=args.overwrite)
+    except (OSError, ImportError, CheckpointError, ConfigError) as err:
+        # OSError: a missing checkpoint, a run directory that holds another run or cannot be
+        # written; ConfigError: e.g. a device this machine lacks
         print(f"entropace train: error: {err}", file=sys.stderr)
         return 2
     if result.stopped_by:

@@ -28,6 +28,8 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,21 @@ PREFIX = "step_"
 
 class NonFiniteCheckpointError(RuntimeError):
     """Refusing to checkpoint a model whose weights hold NaN/inf."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that does not load: the message names the file and why."""
+
+
+def clean_stale_temporaries(root: Path) -> list[Path]:
+    """Remove ``.tmp-*`` directories left by a save that was killed (``kill -9``) under
+    ``root``; returns what was removed. Complete checkpoints are never touched."""
+    if not root.is_dir():
+        return []
+    stale = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(".tmp-")]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
 
 
 def _safetensors() -> Any:
@@ -183,18 +200,37 @@ def load_checkpoint(
     st = _safetensors()
     if not (path / "state.json").exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
-    if _is_peft(model):
-        from peft import set_peft_model_state_dict
+    with _explained(path / "state.json", "is not a valid state file"):
+        state = json.loads((path / "state.json").read_text())
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise ValueError("expected a JSON object with an integer 'step'")
+    with _explained(path / "model.safetensors", "does not hold this model's weights"):
+        if _is_peft(model):
+            from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, st.load_file(str(path / "model.safetensors")))
-    else:
-        st.load_model(model, str(path / "model.safetensors"), strict=True)
-    state = json.loads((path / "state.json").read_text())
+            set_peft_model_state_dict(model, st.load_file(str(path / "model.safetensors")))
+        else:
+            st.load_model(model, str(path / "model.safetensors"), strict=True)
     if optimizer is not None:
-        optim = _load_pt(path / "optim.pt")
-        optimizer.load_state_dict(optim["optimizer"])
+        with _explained(path / "optim.pt", "does not load as this run's optimiser state"):
+            optim = _load_pt(path / "optim.pt")
+            optimizer.load_state_dict(optim["optimizer"])
         if "scheduler_steps" not in state and "scheduler" in optim:
             state["scheduler_steps"] = int(optim["scheduler"]["last_epoch"])
     if restore_rng:
-        set_rng_state(_load_pt(path / "rng.pt"))
+        with _explained(path / "rng.pt", "does not load as RNG states"):
+            set_rng_state(_load_pt(path / "rng.pt"))
     return state
+
+
+@contextmanager
+def _explained(path: Path, what: str) -> Iterator[None]:
+    """Turn any failure while loading ``path`` into a :class:`CheckpointError` naming it (a
+    file that would need code to unpickle is refused, never executed)."""
+    try:
+        yield
+    except Exception as exc:  # truncated, empty, wrong shapes, foreign pickle, bad JSON ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
+            reason = "it holds objects that would run code when unpickled; refused"
+        raise CheckpointError(f"{path}: {what} ({reason})") from exc

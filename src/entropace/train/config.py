@@ -22,6 +22,7 @@ naming the key and the allowed keys/values.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -241,8 +242,21 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
         check_positive(f"tasks.mix.{name}", w, strict=False)
     for name in t.options:
         check_in("tasks.options", name, t.names)
+    if check_envs:  # build one environment per task now, not after the first rollout
+        from entropace.train.data import env_factory
+
+        for name in t.names:
+            try:
+                env_factory(t, name)()
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"tasks.options.{name}: {exc}") from None
     check_positive("tasks.prompts_per_task", t.prompts_per_task)
     check_positive("tasks.group_size", t.group_size)
+    if t.group_size < 2:
+        raise ConfigError(
+            f"tasks.group_size must be >= 2, got {t.group_size}: every advantage estimator "
+            "compares a sample with its group, so a group of 1 has advantage 0 (nothing to learn)"
+        )
     if all(round(t.prompts_per_task * t.mix.get(k, 1.0)) == 0 for k in t.names):
         raise ConfigError("tasks.mix: every task rounds to 0 prompts per step")
     check_positive("tasks.seed_offset", t.seed_offset, strict=False)
@@ -252,6 +266,7 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     check_positive("optim.max_grad_norm", o.max_grad_norm)
     check_positive("optim.warmup_steps", o.warmup_steps, strict=False)
     check_positive("optim.weight_decay", o.weight_decay, strict=False)
+    check_positive("optim.eps", o.eps)
     if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
 
@@ -266,7 +281,16 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     check_positive("log.keep_last", cfg.log.keep_last)
     if cfg.model.lora:
         check_positive("model.lora_r", cfg.model.lora_r)
+    if not DEVICE_PATTERN.fullmatch(cfg.model.device):
+        raise ConfigError(
+            f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "
+            "cuda:N, mps"
+        )
     return cfg
+
+
+#: ``model.device`` values (whether the device exists is checked when the model is built).
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +304,12 @@ def preset_names() -> list[str]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
@@ -327,6 +356,18 @@ def resolve(
         # the preset's identity settings were for its own algorithm: the new recipe replaces them
         section = {k: v for k, v in preset.get("algorithm", {}).items() if k not in IDENTITY}
         preset = {**preset, "algorithm": section}
+    cli_tasks = overrides.get("tasks", {})
+    if (
+        isinstance(cli_tasks, dict)
+        and "names" in cli_tasks
+        and isinstance(preset.get("tasks"), dict)
+    ):
+        # the preset's per-task options for tasks the command line deselected do not apply
+        names = cli_tasks["names"] if isinstance(cli_tasks["names"], list) else []
+        options = preset["tasks"].get("options")
+        if isinstance(options, dict):
+            kept = {k: v for k, v in options.items() if k in names}
+            preset = {**preset, "tasks": {**preset["tasks"], "options": kept}}
     merged = merge(merge(recipe, preset), overrides)
     return validate(build_dataclass(TrainConfig, merged), check_envs=check_envs)
 

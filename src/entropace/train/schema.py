@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal
@@ -141,5 +142,9 @@ def check_in(key: str, value: Any, allowed: list[str] | tuple[str, ...]) -> None
 
 
 def check_positive(key: str, value: float, *, strict: bool = True) -> None:
-    if (value <= 0) if strict else (value < 0):
-        raise ConfigError(f"{key} must be {'> 0' if strict else '>= 0'}, got {value!r}")
+    """``value > 0`` (``>= 0`` unless ``strict``) and finite: NaN and inf are refused too."""
+    bad = not math.isfinite(value) or ((value <= 0) if strict else (value < 0))
+    if bad:
+        raise ConfigError(
+            f"{key} must be a finite number {'> 0' if strict else '>= 0'}, got {value!r}"
+        )

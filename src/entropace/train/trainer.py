@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import random
 import signal
 import sys
@@ -35,8 +36,15 @@ import torch
 from entropace.algos import get_policy_loss
 from entropace.control import build_clip_rule
 from entropace.train.algorithms import clip_settings, loss_config
-from entropace.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from entropace.train.checkpoint import (
+    CheckpointError,
+    clean_stale_temporaries,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from entropace.train.config import (
+    ConfigError,
     ModelConfig,
     OptimConfig,
     TrainConfig,
@@ -56,8 +64,20 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; a named device must exist here
+    (:class:`ConfigError` naming ``model.device`` and what this machine has)."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= count:
+            raise ConfigError(
+                f"model.device={name}: this machine has {count} CUDA device(s)"
+                + ("" if count else "; use model.device=cpu or auto")
+            )
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("model.device=mps: MPS is not available here; use cpu or auto")
     return name
 
 
@@ -305,7 +325,45 @@ def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) ->
         )  # fmt: skip
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> TrainResult:
+class RunDirError(FileExistsError):
+    """The run directory already holds a run (or cannot be written)."""
+
+
+#: What marks a directory as holding a run.
+RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")
+
+
+def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """A run directory holds one run: a new run into one that has a run is refused (unless
+    ``overwrite``, which moves the old run aside to ``RUN.old-<time>``; nothing is deleted);
+    the directory must be writable; temporaries of a killed checkpoint save are removed."""
+    if not resume and any((run_dir / f).exists() for f in RUN_FILES):
+        if not overwrite:
+            raise RunDirError(
+                f"{run_dir} already holds a run: continue it with --resume {run_dir}, or pass "
+                "--overwrite to move it aside and start a new one"
+            )
+        aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = aside.with_name(f"{aside.name.split('~')[0]}~{n}")
+        run_dir.rename(aside)
+        logger.warning("moved the previous run in %s aside to %s", run_dir, aside)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise RunDirError(f"{run_dir}: the run directory is not writable ({exc})") from None
+    for stale in clean_stale_temporaries(run_dir / "checkpoints"):
+        logger.warning("removed %s, left by a checkpoint save that was interrupted", stale)
+
+
+def train(
+    cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, overwrite: bool = False
+) -> TrainResult:
     """Train for ``cfg.steps`` steps into ``run_dir`` (resuming from its latest checkpoint).
 
     Writes ``config.yaml``, ``metrics.jsonl``, ``events/`` and ``checkpoints/``. SIGINT or
@@ -314,7 +372,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> Tra
     from entropace.rollout import collect_rollouts
 
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
 
@@ -331,14 +389,20 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False) -> Tra
         state = load_checkpoint(path, model=model, optimizer=learner.optimizer)
         start = int(state["step"])
         _warn_changes(state.get("config"), cfg, path)
-        learner.scheduler = build_scheduler(
-            learner.optimizer, cfg.optim, optimizer_steps_total(cfg), int(state["scheduler_steps"])
-        )
-        sampler.load_state_dict(state["sampler"])
-        learner.clip_rule.load_state_dict(state["clip_rule"])
-        if learner.polarity is not None:
-            learner.polarity.load_state_dict(state["polarity"])
-        learner.skipped_steps = int(state["skipped_steps"])
+        try:
+            learner.scheduler = build_scheduler(
+                learner.optimizer, cfg.optim, optimizer_steps_total(cfg),
+                int(state["scheduler_steps"]),
+            )  # fmt: skip
+            sampler.load_state_dict(state["sampler"])
+            learner.clip_rule.load_state_dict(state["clip_rule"])
+            if learner.polarity is not None:
+                learner.polarity.load_state_dict(state["polarity"])
+            learner.skipped_steps = int(state["skipped_steps"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
+            ) from exc
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
     optimizer, polarity = learner.optimizer, learner.polarity
 
