@@ -12,7 +12,11 @@ Reported per path: generation seconds (``timings["generation_s"]``: prefix prefi
 (identical work in both paths), the peak resident memory during the call (``VmRSS`` sampled
 every 10 ms), and whether the fast path sampled exactly the old path's tokens (same seed).
 Forward hooks split the model's generation time into prefill forwards (several positions per
-row) and decoding steps (one position per row; the same steps in both paths).
+row) and decoding steps (one position per row; the same steps in both paths). On a shared
+machine wall times swing several-fold with the other jobs' load, so the process CPU times
+(``time.process_time``; with one torch thread they count this job's work, not its waiting)
+are reported next to them: ``generation_cpu_s`` is the call's CPU time minus the statistics
+forwards'.
 
 Run: ``python benchmarks/bench_rollout_fast.py --markdown benchmarks/results/rollout_fast.md``
 """
@@ -60,8 +64,9 @@ class ForwardTimer:
 
     def __init__(self, model: Any) -> None:
         self.prefill_s = self.decode_s = 0.0
+        self.prefill_cpu_s = self.decode_cpu_s = self.uncached_cpu_s = 0.0
         self.decode_steps = 0
-        self._start = 0.0
+        self._start = self._start_cpu = 0.0
         self._first = True  # the next cached forward prefills
         self._model, self._generate = model, model.generate
 
@@ -79,17 +84,20 @@ class ForwardTimer:
         ]
 
     def _pre(self, _module: Any, _args: Any, _kwargs: dict[str, Any]) -> None:
-        self._start = time.perf_counter()
+        self._start, self._start_cpu = time.perf_counter(), time.process_time()
 
     def _post(self, _module: Any, _args: Any, kwargs: dict[str, Any], _out: Any) -> None:
-        if not kwargs.get("use_cache"):
-            return
         elapsed = time.perf_counter() - self._start
-        if self._first or kwargs["input_ids"].shape[1] > 1:
+        cpu = time.process_time() - self._start_cpu
+        if not kwargs.get("use_cache"):
+            self.uncached_cpu_s += cpu  # the statistics pass
+        elif self._first or kwargs["input_ids"].shape[1] > 1:
             self.prefill_s += elapsed
+            self.prefill_cpu_s += cpu
             self._first = False
         else:
             self.decode_s += elapsed
+            self.decode_cpu_s += cpu
             self.decode_steps += 1
 
     def remove(self) -> None:
@@ -169,6 +177,7 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
         batches = {}
         for name, rcfg in paths.items():
             timer = ForwardTimer(model)
+            cpu0 = time.process_time()
             try:
                 with PeakRSS() as rss:
                     result = collect_rollouts(
@@ -176,6 +185,7 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
                     )
             finally:
                 timer.remove()
+            cpu = time.process_time() - cpu0
             t, c = result.timings, result.counts
             batches[name] = result.batch
             row = {
@@ -188,8 +198,11 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
                 "cached_tokens": c["cached_tokens"],
                 "max_len": c["max_len"],
                 "generation_s": t["generation_s"],
+                "generation_cpu_s": cpu - timer.uncached_cpu_s,
                 "prefill_s": timer.prefill_s,
                 "decode_s": timer.decode_s,
+                "prefill_cpu_s": timer.prefill_cpu_s,
+                "decode_cpu_s": timer.decode_cpu_s,
                 "decode_steps": timer.decode_steps,
                 "stats_s": t["stats_s"],
                 "total_s": t["total_s"],
@@ -230,8 +243,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "generated_tokens": sum(r["generated_tokens"] for r in mine),
             "tokens_per_s": sum(r["generated_tokens"] for r in mine) / gen,
             "prefill_tokens": sum(r["prefill_tokens"] for r in mine),
+            "generation_cpu_s": sum(r["generation_cpu_s"] for r in mine),
             "prefill_s": sum(r["prefill_s"] for r in mine),
             "decode_s": sum(r["decode_s"] for r in mine),
+            "prefill_cpu_s": sum(r["prefill_cpu_s"] for r in mine),
+            "decode_cpu_s": sum(r["decode_cpu_s"] for r in mine),
             "decode_steps": sum(r["decode_steps"] for r in mine),
             "stats_s": sum(r["stats_s"] for r in mine),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in mine),
@@ -242,8 +258,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def markdown(result: dict[str, Any], argv: list[str], threads: int) -> str:
     rows, s = result["rows"], summary(result["rows"])
     cols = ["step", "path", "episodes", "turns", "generated_tokens", "prefill_tokens",
-            "cached_tokens", "max_len", "generation_s", "prefill_s", "decode_s", "tokens_per_s",
-            "stats_s",
+            "cached_tokens", "max_len", "generation_s", "generation_cpu_s", "prefill_s",
+            "prefill_cpu_s", "decode_s", "decode_cpu_s", "tokens_per_s", "stats_s",
             "peak_rss_mib", "identical_tokens"]  # fmt: skip
     lines = [
         "# Quick-workload generation: old path vs shared prefix + KV reuse (CPU)",
@@ -259,8 +275,9 @@ def markdown(result: dict[str, Any], argv: list[str], threads: int) -> str:
         "| quantity | old | fast | ratio |",
         "|---|---|---|---|",
     ]
-    keys = ("generation_s", "tokens_per_s", "prefill_tokens", "prefill_s", "decode_s",
-            "decode_steps", "stats_s", "peak_rss_mib")  # fmt: skip
+    keys = ("generation_s", "generation_cpu_s", "tokens_per_s", "prefill_tokens", "prefill_s",
+            "prefill_cpu_s", "decode_s", "decode_cpu_s", "decode_steps", "stats_s",
+            "peak_rss_mib")  # fmt: skip
     for key in keys:
         a, b = s["old"][key], s["fast"][key]
         ratio = b / a if key == "tokens_per_s" else a / b
