@@ -22,7 +22,9 @@ naming the key and the allowed keys/values.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -114,6 +116,15 @@ class TasksConfig:
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_offset: int = 0
+
+    def env_factory(self, task: str) -> Callable[[], Any]:
+        """``() -> env`` of ``task`` with this run's difficulty and that task's options
+        (:func:`entropace.envs.make`, which wraps every env in its turn limit); the one
+        factory training, evaluation and config validation use."""
+        from entropace.envs import make
+
+        options = {"difficulty": self.difficulty, **self.options.get(task, {})}
+        return functools.partial(make, task, **options)
 
 
 @dataclass
@@ -243,11 +254,9 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     for name in t.options:
         check_in("tasks.options", name, t.names)
     if check_envs:  # build one environment per task now, not after the first rollout
-        from entropace.train.data import env_factory
-
         for name in t.names:
             try:
-                env_factory(t, name)()
+                t.env_factory(name)()
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"tasks.options.{name}: {exc}") from None
     check_positive("tasks.prompts_per_task", t.prompts_per_task)

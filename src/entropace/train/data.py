@@ -6,26 +6,15 @@ Each step takes ``n_k = round(P * mix_k)`` prompts of task ``k`` (``P = prompts_
 the seed stream is the sampler's state: it is checkpointed, so a resumed run sees exactly the
 instances an uninterrupted run would.
 
-:func:`env_factory` builds a task's environments with the run's options, for training and
-evaluation alike.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from entropace.envs import make, seeds
+from entropace.envs import seeds
 from entropace.train.config import TasksConfig
-
-
-def env_factory(cfg: TasksConfig, task: str) -> Callable[[], Any]:
-    """``() -> env`` of ``task`` with the run's difficulty and that task's options
-    (:func:`entropace.envs.make`, so every env is wrapped in its turn limit)."""
-    options = {"difficulty": cfg.difficulty, **cfg.options.get(task, {})}
-    return functools.partial(make, task, **options)
 
 
 @dataclass(frozen=True)

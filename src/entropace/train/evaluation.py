@@ -16,7 +16,6 @@ from typing import Any
 
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
-from entropace.train.data import env_factory
 from entropace.train.trainer import build_model
 
 
@@ -67,7 +66,7 @@ def evaluate(
 
     requests = []
     for task in tasks:
-        factory = env_factory(cfg.tasks, task)
+        factory = cfg.tasks.env_factory(task)
         for s in seeds(split, n):  # type: ignore[arg-type]
             requests.append(
                 RolloutRequest(task=task, env=factory, seed=int(s), group_id=len(requests))

@@ -52,7 +52,7 @@ from entropace.train.config import (
     save_config,
     to_dict,
 )
-from entropace.train.data import Prompt, TaskSampler, env_factory
+from entropace.train.data import Prompt, TaskSampler
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.update import Learner, ReferenceFn, update_step
 
@@ -287,12 +287,12 @@ class TrainResult:
 
 def _requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
     """Rollout requests: each prompt ``G`` times, sharing the prompt's group id; each episode
-    gets a fresh environment (:func:`entropace.train.data.env_factory`)."""
+    gets a fresh environment (:meth:`TasksConfig.env_factory`)."""
     from entropace.rollout import RolloutRequest
 
     out = []
     for p in prompts:
-        factory = env_factory(cfg.tasks, p.task)
+        factory = cfg.tasks.env_factory(p.task)
         for _ in range(cfg.tasks.group_size):
             out.append(RolloutRequest(task=p.task, env=factory, seed=p.seed, group_id=p.group))
     return out
