@@ -6,7 +6,11 @@ fast path hands ``generate`` the *same* ids and attention mask, plus a :class:`D
 whose first ``C`` columns already hold the keys and values of those positions, so that only
 the last ``U = W - C`` columns are prefilled. Because the ids, mask and position ids
 (``cumsum(mask) - 1``) are exactly the old ones, the model computes the same function: the
-tokens differ from the old path only through float round-off of differently shaped matmuls.
+logits differ from the old path only by the float round-off of differently shaped matmuls
+(~1e-7 relative in fp32). Greedy decoding therefore picks the same tokens (barring exact
+ties), and sampling with the same seed draws the same tokens too: the RNG is consumed only by
+the same ``generate`` calls with the same batch shapes (the prefix prefill draws nothing), so a
+sample can change only if a draw falls within round-off of a category boundary.
 
 Layout of one ``generate`` call over episodes ``i`` with ``n_i`` tokens, ``c_i`` of them cached
 (:class:`PrefixKV`, keys/values of ``ids[:c_i]``)::
@@ -25,7 +29,7 @@ Sources of cached prefixes:
 * **shared prompt prefix** (:func:`prefill_prefixes`): the ``G`` episodes of a group start from
   the same first prompt; its first ``n - 1`` tokens are run once and every episode of the
   group gets a view of the result (the copy into the batch happens in :func:`batch_cache`);
-* **cross-turn reuse** (:func:`row_prefixes`): after ``generate`` the batch's cache holds every
+* **cross-turn reuse** (:func:`kept_prefixes`): after ``generate`` the batch's cache holds every
   row's input and generated tokens; each live episode keeps views of its own real columns, the
   tokens it will keep (generated tokens past its stop token or budget are excluded). The next
   turn prefills only the uncached tail: the last generated token, the template tokens that
@@ -67,11 +71,6 @@ class PrefixKV:
     @property
     def length(self) -> int:
         return int(self.layers[0][0].shape[-2]) if self.layers else 0
-
-    @property
-    def nbytes(self) -> int:
-        return sum(k.numel() * k.element_size() + v.numel() * v.element_size()
-                   for k, v in self.layers)  # fmt: skip
 
 
 def _growing_layer_class() -> type:
