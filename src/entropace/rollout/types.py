@@ -44,8 +44,10 @@ class RolloutResult:
         timings: seconds spent in ``generation_s``, ``env_s`` (reset + step), ``stats_s``
             (statistics forward) and ``total_s``.
         counts: ``episodes``, ``generated_tokens``, ``turns``, ``generate_calls``,
-            ``abnormal``, ``max_len`` (trajectory tokens, the padded ``L``) and one
-            ``end_<reason>`` entry per end reason.
+            ``abnormal``, ``max_len`` (trajectory tokens, the padded ``L``), one
+            ``end_<reason>`` entry per end reason, ``prefill_tokens`` (positions the model
+            prefilled for generation, padding included) and ``cached_tokens`` (positions
+            taken from key/value caches instead: ``rollout.share_prefix`` / ``reuse_kv``).
         task_counts: per task: ``episodes``, ``successes``, ``abnormal``, ``generated_tokens``,
             ``turns``.
         generate_batch_sizes: the batch size of every ``generate`` call, in order.
