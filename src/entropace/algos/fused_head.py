@@ -52,8 +52,8 @@ __all__ = ["hidden_token_stats", "default_head_chunk_size"]
 # Rows per forward chunk: the float32 [rows, V] logits buffer holds about this many bytes, and at
 # least _MIN_ROWS rows. The forward's matmul re-reads all of W (V x d) once per chunk: with rows
 # well below d that traffic exceeds the logits' own, and the fused forward falls behind the
-# unfused one (measured on CPU at d = 576: 1.3x slower at 55 rows, parity from 256 rows; see
-# benchmarks/results/fused_head.md). token_stats still walks each chunk in cache-sized pieces.
+# unfused one (CPU, d = 576, V = 151,936: 1.47x its time at 64 rows, 1.35x at 128, 1.05x from
+# 256; benchmarks/results/fused_head.md). token_stats still walks each chunk in cache-sized pieces.
 # Accelerators: a bound, not a measured optimum.
 _CHUNK_BYTES: dict[str, int] = {"cpu": 32 * 2**20}
 _CHUNK_BYTES_ACCELERATOR = 256 * 2**20
