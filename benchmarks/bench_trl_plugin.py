@@ -13,17 +13,25 @@ Instruct, fp32 on the CPU), four variants, each in its own subprocess, run alter
   pass (entropy, PAPO's t1/t2 through the fused head), the cross-process reductions, both
   controllers, the (B, T) advantages and the per-completion clamp bounds.
 
-Workload: ``--prompts`` prompts per step (alternating the ``reasoning`` and ``kg`` families'
-first observations, with their system prompts), ``--group`` completions each, at most
+Workload: ``--prompts-per-step`` prompts per step (alternating the ``reasoning`` and ``kg``
+families' first observations as the user turn, no system prompt), ``--group`` completions
+each, at most
 ``--max-new-tokens`` tokens, temperature 1, one optimiser step per generation batch, reward =
 share of digits in the completion. Step time: between consecutive ``on_step_end`` callbacks
-(generation + scoring + statistics + update), median over the steps after ``--warmup``. Peak
-memory: the subprocess's ``ru_maxrss`` (MiB). Ratios: ours / plain within the same repeat
-round, then the median over rounds (the machine is shared and noisy).
+(generation + scoring + statistics + update). Peak memory: the subprocess's ``ru_maxrss``
+(MiB). Ratios: total step time of ours / plain (steps after ``--warmup``) within the same
+repeat round, then the median over rounds; also the median of the step-by-step ratios (both
+sides see the same prompts in the same order). The machine is shared and noisy. "statistics
+pass" is the time of ``_token_stats`` per generation batch: with ``transformers.generate``
+the statistics are collected during sampling, so it only aligns them. "entropace's own
+code" is the wall time inside the plug-in's additions per generation batch (the logits
+processor during ``generate``, then ``_entropace_process``: statistics, reductions,
+controllers, PAPO, metrics) over the step time: an attribution that the machine's noise
+barely touches, and a bound on the true ratio (1 + that share).
 
     python benchmarks/bench_trl_plugin.py                 # tiny + SmolLM2-135M, writes
                                                           # benchmarks/results/trl_plugin.md
-    python benchmarks/bench_trl_plugin.py --models tiny --repeats 1 --steps 4 --no-write
+    python benchmarks/bench_trl_plugin.py --models tiny:1x4 --no-write
 """
 
 from __future__ import annotations
@@ -60,15 +68,7 @@ def dataset(prompts: int) -> Any:
         name = TASKS[i % len(TASKS)]
         env = make(name)
         obs, _ = env.reset(i)
-        rows.append(
-            {
-                "prompt": [
-                    {"role": "system", "content": env.system_prompt},
-                    {"role": "user", "content": obs},
-                ],
-                "task": name,
-            }
-        )
+        rows.append({"prompt": [{"role": "user", "content": obs}], "task": name})
     return datasets.Dataset.from_list(rows)
 
 
@@ -134,23 +134,49 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         else:
             trainer = EntropaceGRPOTrainer(cfg["model"], digit_share, algorithm=recipe, **common)
         stats_time: list[float] = []
+        own_time: list[float] = []  # entropace's code per generation batch (see attribution)
         if hasattr(trainer, "_token_stats"):
-            original = trainer._token_stats
+            from entropace.integrations.trl import stats as stats_module
 
-            def timed(*a: Any, **k: Any) -> Any:
+            collector_time = [0.0]
+
+            def clocked(fn: Any, sink: list[float] | None) -> Any:
+                def wrapped(*a: Any, **k: Any) -> Any:
+                    t0 = time.perf_counter()
+                    result = fn(*a, **k)
+                    dt = time.perf_counter() - t0
+                    if sink is None:
+                        collector_time[0] += dt
+                    else:
+                        sink.append(dt)
+                    return result
+
+                return wrapped
+
+            cls = stats_module.GenerationStats
+            cls.__call__ = clocked(cls.__call__, None)  # type: ignore[method-assign]
+            cls.finish = clocked(cls.finish, None)  # type: ignore[method-assign]
+            trainer._token_stats = clocked(trainer._token_stats, stats_time)
+            process = trainer._entropace_process
+
+            def process_clocked(*a: Any, **k: Any) -> Any:
                 t0 = time.perf_counter()
-                result = original(*a, **k)
-                stats_time.append(time.perf_counter() - t0)
+                result = process(*a, **k)
+                own_time.append(time.perf_counter() - t0 + collector_time[0])
+                collector_time[0] = 0.0
                 return result
 
-            trainer._token_stats = timed
+            trainer._entropace_process = process_clocked
         rss_model = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         trainer.train()
+        tokens = [row["num_tokens"] for row in trainer.state.log_history if "num_tokens" in row]
     steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     return {
         "variant": variant,
         "step_s": steps,
+        "tokens": [b - a for a, b in zip([0.0, *tokens], tokens, strict=False)],
         "stats_s": stats_time,
+        "own_s": own_time,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_start_mib": rss_start,
         "rss_after_load_mib": rss_model,
@@ -188,23 +214,36 @@ def model_path(name: str, workdir: str) -> str:
 
 
 def summarise(results: dict[str, list[dict[str, Any]]], warmup: int) -> dict[str, Any]:
+    """Per variant: median step time, statistics-pass time, peak RSS, tokens per step. Per
+    pair: the ratio of total step time (steps after warm-up) within each round, its median
+    over rounds, and the median of the step-by-step ratios (same data order on both sides)."""
     out: dict[str, Any] = {}
     for variant, runs in results.items():
-        medians = [statistics.median(r["step_s"][warmup:]) for r in runs]
-        stats = [statistics.median(r["stats_s"][warmup:]) for r in runs if r["stats_s"]]
+        steps = [t for r in runs for t in r["step_s"][warmup:]]
+        stats = [t for r in runs for t in r["stats_s"][warmup:]]
+        own = [
+            o / t
+            for r in runs
+            for o, t in zip(r["own_s"][warmup:], r["step_s"][warmup:], strict=False)
+        ]
+        tokens = [t for r in runs for t in r["tokens"][warmup:]]
         out[variant] = {
-            "step_s": statistics.median(medians),
+            "step_s": statistics.median(steps),
             "stats_s": statistics.median(stats) if stats else None,
+            "own_frac": statistics.median(own) if own else None,
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "tokens": statistics.mean(tokens) if tokens else float("nan"),
         }
     for ours, plain in PAIRS:
-        ratios = [
-            statistics.median(a["step_s"][warmup:]) / statistics.median(b["step_s"][warmup:])
-            for a, b in zip(results[ours], results[plain], strict=True)
-        ]
+        totals, per_step = [], []
+        for a, b in zip(results[ours], results[plain], strict=True):
+            sa, sb = a["step_s"][warmup:], b["step_s"][warmup:]
+            totals.append(sum(sa) / sum(sb))
+            per_step += [x / y for x, y in zip(sa, sb, strict=False)]
         out[f"{ours} / {plain}"] = {
-            "ratio": statistics.median(ratios),
-            "per_round": ratios,
+            "ratio": statistics.median(totals),
+            "per_round": totals,
+            "per_step_median": statistics.median(per_step),
             "peak_rss_delta_mib": out[ours]["peak_rss_mib"] - out[plain]["peak_rss_mib"],
         }
     return out
@@ -213,7 +252,11 @@ def summarise(results: dict[str, list[dict[str, Any]]], warmup: int) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--models", default="tiny,smollm2-135m")
+    parser.add_argument(
+        "--models",
+        default="tiny:4x10,smollm2-135m:1x4",
+        help="comma list of model[:RxS] (R rounds of S steps; default --repeats x --steps)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
@@ -230,16 +273,20 @@ def main() -> None:
         return
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as work:
-        for name in [m.strip() for m in ns.models.split(",") if m.strip()]:
+        for spec in [m.strip() for m in ns.models.split(",") if m.strip()]:
+            name, _, sizes = spec.partition(":")
+            repeats, steps = ns.repeats, ns.steps
+            if sizes:  # "name:RxS": R rounds of S steps for this model
+                repeats, steps = (int(x) for x in sizes.split("x"))
             path = model_path(name, work)
             results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-            for round_ in range(ns.repeats):
+            for round_ in range(repeats):
                 order = VARIANTS if round_ % 2 == 0 else tuple(reversed(VARIANTS))
                 for variant in order:
                     cfg = {
                         "variant": variant,
                         "model": path,
-                        "steps": ns.steps,
+                        "steps": steps,
                         "prompts": ns.prompts,
                         "prompts_per_step": ns.prompts_per_step,
                         "group": ns.group,
@@ -250,6 +297,8 @@ def main() -> None:
                     results[variant].append(run_child(cfg))
                     print(name, variant, round_, f"{results[variant][-1]['step_s']}", flush=True)
             report[name] = {
+                "rounds": repeats,
+                "steps": steps,
                 "summary": summarise(results, ns.warmup),
                 "versions": results[VARIANTS[0]][0]["versions"],
             }
@@ -270,7 +319,7 @@ def render(report: dict[str, Any], ns: argparse.Namespace) -> str:
         f"with other jobs), {ns.threads} torch thread(s) per process, fp32, CPU.",
         f"Workload: {ns.prompts_per_step} prompts x {ns.group} completions per step, <= "
         f"{ns.max_new_tokens} new tokens, tasks {', '.join(TASKS)} (single-turn), "
-        f"{ns.steps} steps ({ns.warmup} warm-up excluded), {ns.repeats} alternating rounds.",
+        f"{ns.warmup} warm-up step(s) excluded; rounds alternate the variants' order.",
         "",
     ]
     for name, entry in report.items():
@@ -278,24 +327,33 @@ def render(report: dict[str, Any], ns: argparse.Namespace) -> str:
         lines += [
             f"## {name}",
             "",
+            f"{entry['rounds']} round(s) of {entry['steps']} steps per variant.",
+            "",
             f"Versions: {entry['versions']}",
             "",
-            "| variant | step time (s, median) | statistics pass (s) | peak RSS (MiB) |",
-            "|---|---|---|---|",
+            "| variant | step time (s, median) | statistics (s / step) | entropace's own code "
+            "(share of the step, median) | tokens / step | peak RSS (MiB) |",
+            "|---|---|---|---|---|---|",
         ]
         for v in VARIANTS:
-            stats = s[v]["stats_s"]
+            stats, own = s[v]["stats_s"], s[v]["own_frac"]
             lines.append(
-                f"| {v} | {s[v]['step_s']:.3f} | {'-' if stats is None else f'{stats:.3f}'} "
-                f"| {s[v]['peak_rss_mib']:.0f} |"
+                f"| {v} | {s[v]['step_s']:.3f} | {'-' if stats is None else f'{stats:.4f}'} "
+                f"| {'-' if own is None else f'{100 * own:.2f} %'} "
+                f"| {s[v]['tokens']:.0f} | {s[v]['peak_rss_mib']:.0f} |"
             )
-        lines += ["", "| ratio | median | per round | peak RSS delta (MiB) |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "| ratio (ours / plain) | total step time, median of rounds | per round | "
+            "median of per-step ratios | peak RSS delta (MiB) |",
+            "|---|---|---|---|---|",
+        ]
         for ours, plain in PAIRS:
             r = s[f"{ours} / {plain}"]
             rounds = ", ".join(f"{x:.3f}" for x in r["per_round"])
             lines.append(
                 f"| {ours} / {plain} | {r['ratio']:.3f}x | {rounds} | "
-                f"{r['peak_rss_delta_mib']:+.0f} |"
+                f"{r['per_step_median']:.3f}x | {r['peak_rss_delta_mib']:+.0f} |"
             )
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -171,39 +171,56 @@ class GenerationStats(LogitsProcessor):
     the model's final logits after the non-sampling processors such as a repetition penalty;
     custom processors run before the temperature / top-k / top-p warpers). The token sampled
     from them is known at the next call (the last column of ``input_ids``) or, for the last
-    step, from the returned sequences (:meth:`finish`); the previous step's scores are kept
-    until then (one ``[B, V]`` buffer) and passed to :func:`entropace.algos.token_stats` at the
-    sampling temperature, i.e. the statistics of the full temperature-scaled distribution that
-    was sampled (as our rollout engine records them). The scores pass through unchanged.
+    step, from the returned sequences (:meth:`finish`). Scores wait (copied) until their token
+    is known and at most ``buffer_bytes`` of them are pending, then go through
+    :func:`entropace.algos.token_stats` together at the sampling temperature: the statistics of
+    the full temperature-scaled distribution that was sampled (as our rollout engine records
+    them). The scores pass through unchanged.
     """
 
-    def __init__(self, temperature: float) -> None:
+    def __init__(self, temperature: float, *, buffer_bytes: int = 16 * 2**20) -> None:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = float(temperature)
-        self._pending: Tensor | None = None
+        self.buffer_bytes = int(buffer_bytes)
+        self._scores: list[Tensor] = []  # steps whose token is not known yet, or not computed
+        self._tokens: list[Tensor] = []  # the sampled tokens of the first len(_tokens) steps
         self._columns: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
         self.calls = 0
 
-    def _close_step(self, tokens: Tensor) -> None:
-        assert self._pending is not None
-        stats = token_stats(self._pending, tokens.to(torch.long), temperature=self.temperature)
-        self._columns.append((tokens, stats.logprob, stats.entropy, stats.sensitivity))
-        self._pending = None
+    def _flush(self) -> None:
+        """Statistics of every pending step whose token is known, in one ``token_stats`` call."""
+        n = len(self._tokens)
+        if n == 0:
+            return
+        scores = torch.stack(self._scores[:n], dim=1)  # [B, n, V]
+        tokens = torch.stack(self._tokens, dim=1).to(torch.long)  # [B, n]
+        stats = token_stats(scores, tokens, temperature=self.temperature)
+        for j in range(n):
+            self._columns.append(
+                (tokens[:, j], stats.logprob[:, j], stats.entropy[:, j], stats.sensitivity[:, j])
+            )
+        del self._scores[:n]
+        self._tokens = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         with torch.no_grad():
-            if self._pending is not None:
-                self._close_step(input_ids[:, -1])
-            self._pending = scores.detach().clone()
+            if self._scores:
+                self._tokens.append(input_ids[:, -1].clone())
+                pending = sum(x.numel() * x.element_size() for x in self._scores)
+                if pending >= self.buffer_bytes:
+                    self._flush()
+            self._scores.append(scores.detach().clone())
         self.calls += 1
         return scores
 
     def finish(self, sequences: Tensor) -> None:
-        """Close the last step with the returned ``sequences`` (``[B, P + T]``)."""
-        if self._pending is not None:
-            with torch.no_grad():
-                self._close_step(sequences[:, -1])
+        """Close the last step with the returned ``sequences`` (``[B, P + T]``) and compute
+        every pending step."""
+        with torch.no_grad():
+            if len(self._scores) > len(self._tokens):
+                self._tokens.append(sequences[:, -1].clone())
+            self._flush()
 
     def result(self) -> tuple[Tensor, CompletionStats] | None:
         """``(tokens [B, T], stats [B, T])`` of the generated columns, or None if nothing ran."""
