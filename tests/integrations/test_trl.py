@@ -8,8 +8,6 @@ t2 fed to standalone controllers (EPPO, PAPO), hand-derived leave-one-out advant
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,29 +17,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trl_run  # noqa: E402  (the shared set-up, a sibling file)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_import_without_trl_names_the_extra() -> None:
-    """With ``trl`` unimportable, ``entropace`` imports and the integration names the extra."""
-    code = (
-        "import sys; sys.modules['trl'] = None\n"
-        "import entropace, entropace.integrations\n"
-        "try:\n"
-        "    import entropace.integrations.trl\n"
-        "except ImportError as exc:\n"
-        "    print('MSG', exc)\n"
-        "else:\n"
-        "    raise SystemExit('no ImportError')\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    assert "pip install 'entropace[trl]'" in out.stdout
-
 
 pytest.importorskip("trl")
 
