@@ -561,3 +561,24 @@ def test_zero_advantage_shortcut_equals_the_full_passes(tiny) -> None:
     assert torch.equal(results[0][1], results[1][1])
     moved = (results[0][0] - torch.cat([p.flatten() for p in tiny.parameters()])).abs().max()
     assert moved > 0  # momentum and weight decay still act on the zero-advantage step
+
+
+def test_approx_kl_is_the_losses_own_estimate_of_kl_old_to_new(tiny) -> None:
+    """``approx_kl`` = mean over masked tokens of ``(r - 1) - log r`` (k3 of KL(pi_old || pi)
+    from tokens sampled by pi_old), the loss's own metric, not a second estimate."""
+    batch = make_batch(tiny)
+    g = torch.Generator().manual_seed(9)
+    batch.old_logprobs = (batch.old_logprobs + 0.3 * torch.randn(6, 24, generator=g)) * (
+        batch.loss_mask
+    )
+    lp = sequence_token_stats(tiny, batch.input_ids, batch.attention_mask,
+                              temperature=TEMPERATURE).logprob.double()  # fmt: skip
+    m = batch.loss_mask.double()
+    log_r = (lp - batch.old_logprobs.double()) * m
+    expected = float(((torch.expm1(log_r) - log_r) * m).sum() / m.sum())
+    opposite = float(((torch.expm1(-log_r) + log_r) * m).sum() / m.sum())  # KL(pi || pi_old)
+    learner = build_learner(make_cfg("ppo.shuffle=false"), copy.deepcopy(tiny))
+    metrics = update_step(learner, batch)
+    assert metrics["approx_kl"] == pytest.approx(expected, rel=1e-4)
+    assert abs(expected - opposite) > 1e-3 * abs(expected)  # the two directions differ here
+    assert "loss/approx_kl" not in metrics
