@@ -20,10 +20,9 @@ from entropace.rollout import RolloutBatch, sequence_token_stats
 from entropace.train.algorithms import RECIPES
 from entropace.train.checkpoint import NonFiniteCheckpointError, save_checkpoint
 from entropace.train.config import TrainConfig, load_config
+from entropace.train.learner import MiniBatch, accumulate_gradients
 from entropace.train.trainer import WarmupSchedule, build_learner
 from entropace.train.update import (
-    MiniBatch,
-    accumulate_gradients,
     batch_signals,
     polarity_masses,
     token_advantages,

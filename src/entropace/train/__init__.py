@@ -5,6 +5,7 @@ Modules:
     algorithms  ``AlgorithmConfig`` and ``RECIPES``: algorithms by name (grpo ... eppo+papo
                 and EPPO's ablations); ``algorithm_config`` for engine plug-ins
     update      ``update_step``: controllers, advantages, PAPO, PPO mini-batches x epochs
+    learner     ``Learner``, ``MiniBatch``, one optimiser step (gradient accumulation)
     data        ``TaskSampler``: the task mix and its checkpointed seed position
     trainer     ``train``: rollout -> update -> log -> checkpoint, exact resume
     checkpoint  atomic keep-last-k checkpoints
@@ -27,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "algorithm_config": "algorithms",
     "Recipe": "algorithms",
     "register_recipe": "algorithms",
-    "Learner": "update",
+    "Learner": "learner",
     "update_step": "update",
     "TaskSampler": "data",
     "build_learner": "trainer",

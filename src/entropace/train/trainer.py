@@ -53,8 +53,9 @@ from entropace.train.config import (
     to_dict,
 )
 from entropace.train.data import Prompt, TaskSampler
+from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.metrics_log import MetricsWriter
-from entropace.train.update import Learner, ReferenceFn, update_step
+from entropace.train.update import update_step
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,9 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
 (d) per-token clip bounds from the per-task bounds;
 (e) ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
-    and gradient do not depend on the micro-batch size (:func:`accumulate_gradients`); a
-    non-finite loss or gradient skips that optimiser step (grads zeroed, counted);
+    and gradient do not depend on the micro-batch size
+    (:func:`entropace.train.learner.accumulate_gradients`); a non-finite loss or gradient skips
+    that optimiser step (grads zeroed, counted; :func:`entropace.train.learner.optimizer_step`);
 (f) :func:`update_metrics` turns the sums of the optimiser steps into the step's metrics. Every
     loss-side metric comes from the loss's own outputs (its metrics and its per-token flags).
 
@@ -23,63 +24,26 @@ Returns a flat dict of metrics (the ``metrics.jsonl`` contract, timings aside).
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
 import entropace.algos as algos
-from entropace.algos.aggregation import loss_counts
-from entropace.control import ClipRule, StepSignals, signals_from_sums, task_sums
-from entropace.rollout import sequence_token_stats
+from entropace.control import StepSignals, signals_from_sums, task_sums
 from entropace.rollout.batch import RolloutBatch
 from entropace.train.config import TrainConfig
-
-#: ``reference(input_ids[b, L], attention_mask[b, L]) -> logprobs[b, L]`` of the frozen
-#: reference policy, token-aligned like the batch.
-ReferenceFn = Callable[[Tensor, Tensor], Tensor]
-
-logger = logging.getLogger(__name__)
+from entropace.train.learner import (
+    Learner,
+    MiniBatch,
+    accumulate_gradients,
+    combine_metric,
+    current_logprobs,
+    optimizer_step,
+)
 
 #: Loss flags logged at the top level (the others as ``loss/<name>``).
 TOP_LEVEL_FLAGS = ("clip_frac_low", "clip_frac_high")
-
-
-@dataclass
-class Learner:
-    """Everything the update mutates or reads besides the batch.
-
-    Attributes:
-        model: the policy (a causal LM).
-        optimizer, scheduler: AdamW and its LR scheduler (stepped per optimiser step).
-        clip_rule: from :func:`entropace.control.build_clip_rule`.
-        polarity: :class:`entropace.control.PolarityController` when PAPO is on, else None.
-        reference: frozen reference log-probs when ``algorithm.kl_beta > 0``, else None.
-        cfg: the resolved run config.
-        loss: the registered policy loss ``algorithm.policy_loss``.
-        loss_config: its validated config (from ``algorithm.loss_options``).
-        skipped_steps: cumulative optimiser steps skipped for non-finite loss/gradients.
-    """
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    clip_rule: ClipRule
-    polarity: Any | None
-    reference: ReferenceFn | None
-    cfg: TrainConfig
-    loss: algos.PolicyLoss
-    loss_config: Any
-    skipped_steps: int = 0
-    params: list[torch.nn.Parameter] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.params:
-            self.params = [p for p in self.model.parameters() if p.requires_grad]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,169 +135,6 @@ def token_bounds(
     )
     per_traj = table[batch.task_ids]  # [B, 2]
     return per_traj[:, :1].contiguous(), per_traj[:, 1:].contiguous()
-
-
-# ---------------------------------------------------------------------------------------------
-# (e) one optimiser step: gradient accumulation over micro-batches
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class MiniBatch:
-    """The per-token tensors an optimiser step needs, for a set of trajectories.
-
-    Shapes: ``[b, L]`` except ``eps_low``/``eps_high`` ``[b, 1]`` and ``task_ids`` ``[b]``.
-    """
-
-    input_ids: Tensor
-    attention_mask: Tensor
-    loss_mask: Tensor
-    old_logprobs: Tensor
-    advantages: Tensor
-    eps_low: Tensor
-    eps_high: Tensor
-    task_ids: Tensor
-    ref_logprobs: Tensor | None = None
-
-    def select(self, index: Tensor) -> MiniBatch:
-        """Rows ``index``, trimmed to their longest real sequence (right padding)."""
-        index = index.to(self.input_ids.device)
-        length = max(int(self.attention_mask[index].sum(dim=1).max()), 1)
-        out = {}
-        for name, value in vars(self).items():
-            if value is None:
-                out[name] = None
-            elif value.dim() == 2 and value.shape[1] == self.input_ids.shape[1]:
-                out[name] = value[index, :length]
-            else:
-                out[name] = value[index]
-        return MiniBatch(**out)
-
-
-def current_logprobs(
-    model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool
-) -> tuple[Tensor, Tensor]:
-    """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature."""
-    stats = sequence_token_stats(
-        model,
-        mb.input_ids,
-        mb.attention_mask,
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.rollout.stats_chunk_size,
-        micro_batch_size=None,
-        grad=grad,
-        loss_mask=mb.loss_mask,
-    )
-    return stats.logprob, stats.entropy
-
-
-def _combine(name: str, a: Tensor, b: Tensor) -> Tensor:
-    """Accumulate a metric over micro-batches / optimiser steps: ``*_min`` / ``*_max``
-    metrics (e.g. ``ratio_min``) by min / max, everything else (sums with global counts) by +."""
-    if name.endswith("_min"):
-        return torch.minimum(a, b)
-    if name.endswith("_max"):
-        return torch.maximum(a, b)
-    return a + b
-
-
-def _add(total: dict[str, Tensor], name: str, value: Tensor) -> None:
-    value = value.detach().double()
-    total[name] = _combine(name, total[name], value) if name in total else value
-
-
-def accumulate_gradients(
-    learner: Learner,
-    mb: MiniBatch,
-    *,
-    eps: tuple[float, float] | None = None,
-    generator: torch.Generator | None = None,
-) -> dict[str, Tensor]:
-    """Backpropagate the loss of mini-batch ``mb`` in micro-batches (no optimiser step).
-
-    The loss of each micro-batch is aggregated with the mini-batch's global counts
-    (``num_tokens`` = masked tokens, ``num_seqs`` = trajectories), so the sum over
-    micro-batches equals the whole mini-batch's loss for every aggregation mode, and so do
-    the accumulated gradients::
-
-        loss = policy_loss(...) + kl_beta * agg(k3(pi, pi_ref)) - entropy_coef * agg(H)
-
-    Args:
-        eps: one ``(eps_low, eps_high)`` for every token (BAPO), else ``mb``'s per-token bounds.
-
-    Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics as
-    ``metric/<name>`` and, per task (``[K]`` vectors indexed by task id), the counts of each of
-    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``.
-    """
-    cfg = learner.cfg
-    a = cfg.algorithm
-    num_tokens, num_seqs = loss_counts(mb.loss_mask)  # global over the mini-batch
-    counts = {"num_tokens": num_tokens, "num_seqs": num_seqs}
-    seq_norm = a.seq_norm if a.seq_norm is not None else float(cfg.rollout.max_episode_tokens)
-    k = len(cfg.tasks.names)
-    total: dict[str, Tensor] = {}
-    rows = torch.arange(mb.input_ids.shape[0])
-    for index in torch.split(rows, cfg.ppo.micro_batch_size):
-        micro = mb.select(index)
-        logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
-        inputs = algos.LossInputs(
-            logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
-            eps_low=micro.eps_low if eps is None else eps[0],
-            eps_high=micro.eps_high if eps is None else eps[1],
-            agg=a.agg, seq_norm=seq_norm, generator=generator, **counts,
-        )  # fmt: skip
-        out = learner.loss(inputs, learner.loss_config)
-        loss = out.loss
-        if learner.reference is not None and a.kl_beta > 0:
-            kl = algos.aggregate_loss(
-                algos.kl_k3(logprobs, micro.ref_logprobs), micro.loss_mask, a.agg,
-                seq_norm=seq_norm, **counts,
-            )  # fmt: skip
-            loss = loss + a.kl_beta * kl
-            _add(total, "kl", kl)
-        if a.entropy_coef > 0:
-            ent = algos.aggregate_loss(entropy, micro.loss_mask, a.agg, seq_norm=seq_norm, **counts)
-            loss = loss - a.entropy_coef * ent
-        loss.backward()
-        _add(total, "loss", loss)
-        for name, value in out.metrics.items():
-            if name not in out.flags:  # flag fractions are pooled from the flags below
-                _add(total, f"metric/{name}", value)
-        tokens = micro.loss_mask > 0
-        _add(total, "tokens", torch.bincount(micro.task_ids, tokens.sum(1).double(), minlength=k))
-        for name, flag in out.flags.items():
-            per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
-            _add(total, f"flag/{name}", per_task)
-    return total
-
-
-def _grads_finite(params: list[torch.nn.Parameter]) -> bool:
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return True
-    return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-
-
-def optimizer_step(learner: Learner, loss: Tensor) -> float:
-    """Clip the gradient norm and step AdamW + scheduler, unless the loss or a gradient is
-    non-finite: then zero the gradients, count the skip and return NaN."""
-    cfg = learner.cfg
-    finite = bool(torch.isfinite(loss)) and _grads_finite(learner.params)
-    if finite:
-        norm = torch.nn.utils.clip_grad_norm_(learner.params, cfg.optim.max_grad_norm)
-        finite = bool(torch.isfinite(norm))
-    if not finite:
-        learner.optimizer.zero_grad(set_to_none=True)
-        learner.skipped_steps += 1
-        logger.warning(
-            "non-finite loss or gradient: optimiser step skipped (%d skipped so far)",
-            learner.skipped_steps,
-        )
-        return math.nan
-    learner.optimizer.step()
-    learner.scheduler.step()
-    learner.optimizer.zero_grad(set_to_none=True)
-    return float(norm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,7 +246,7 @@ def update_step(
 
 
 def _combine_into(sums: dict[str, Tensor], name: str, value: Tensor) -> None:
-    sums[name] = _combine(name, sums[name], value) if name in sums else value
+    sums[name] = combine_metric(name, sums[name], value) if name in sums else value
 
 
 def update_metrics(
