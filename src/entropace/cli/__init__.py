@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "entropace.cli.train",
     "entropace.cli.eval",
     "entropace.cli.report",
+    "entropace.cli.compare",
 )
 
 

@@ -1,0 +1,149 @@
+"""``entropace compare``: train a grid of algorithms x seeds, then compare them with CIs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  entropace compare --preset quick --algos grpo,eppo,eppo-success --seeds 5 steps=50 --out cmp/
+  entropace compare --preset quick --algos grpo,eppo --seeds 3 --out cmp/ --jobs 2
+  entropace compare --report cmp/ --baseline grpo --last-k 10    # the report only
+
+runs go to OUT/<algo>/seed<k>/ (ordinary run directories). Running the same command again
+skips finished runs, resumes interrupted ones from their last checkpoint and starts missing
+ones; then the report is written into OUT: compare.md, compare.html, compare.json and PNGs.
+overrides are key.sub=value as for `entropace train` (algo= and seed= are set by the grid).
+"""
+
+
+def _algos(text: str) -> list[str]:
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give a comma-separated list, e.g. grpo,eppo")
+    return names
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="train algorithms x seeds and compare them with confidence intervals",
+        description=(
+            "Train every (algorithm, seed) of a grid with the same preset and overrides "
+            "(resumable), then write a comparison: per-task final success, pace diagnostics, "
+            "eps_k and polarity summaries as mean ± 95% Student-t CI over seeds, and each "
+            "algorithm's paired difference to a baseline."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--preset", default=None, help="a shipped preset (quick, paper) or a YAML file")
+    p.add_argument("--algos", type=_algos, default=None, metavar="A,B,...", help="algorithms")
+    p.add_argument(
+        "--seeds", type=_positive, default=3, metavar="N",
+        help="number of seeds per algorithm (default 3): seeds S..S+N-1",
+    )  # fmt: skip
+    p.add_argument("--seed-start", type=int, default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="grid directory")
+    p.add_argument(
+        "--jobs", type=_positive, default=1, metavar="N",
+        help="runs trained at once, each in a subprocess (default 1: in this process, in order)",
+    )  # fmt: skip
+    p.add_argument(
+        "--report", type=Path, default=None, metavar="DIR",
+        help="only write the comparison report of the grid in DIR (no training)",
+    )  # fmt: skip
+    p.add_argument(
+        "--baseline", default="grpo",
+        help="algorithm the paired differences are taken against (default grpo)",
+    )  # fmt: skip
+    p.add_argument(
+        "--last-k", type=_positive, default=5, metavar="K",
+        help="final success = mean of the last K logged steps (default 5; fewer if shorter)",
+    )  # fmt: skip
+    p.add_argument(
+        "--level", type=float, default=0.95, help="confidence level of the intervals (0.95)"
+    )
+    p.add_argument(
+        "--crossover-ema", type=float, default=0.9,
+        help="EMA beta smoothing entropy curves before counting crossovers; 0: none (0.9)",
+    )  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def _error(text: str) -> int:
+    print(f"entropace compare: error: {text}", file=sys.stderr)
+    return 2
+
+
+def _report(args: argparse.Namespace, root: Path) -> int:
+    from entropace.report.compare import write_compare
+
+    ema = args.crossover_ema if args.crossover_ema else None
+    try:
+        md = write_compare(
+            root, baseline=args.baseline, last_k=args.last_k, level=args.level,
+            crossover_ema=ema,
+        )  # fmt: skip
+    except (FileNotFoundError, ValueError, ImportError) as err:
+        return _error(str(err))
+    print(f"comparison written to {md.parent} ({md.name}, compare.html, compare.json, PNGs)")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.report is not None:
+        if args.preset or args.algos or args.out or args.overrides:
+            return _error("--report DIR only reports; it takes no --preset/--algos/--out/overrides")
+        return _report(args, args.report)
+    missing = [n for n, v in (("--preset", args.preset), ("--algos", args.algos),
+                              ("--out", args.out)) if not v]  # fmt: skip
+    if missing:
+        return _error(f"training a grid needs {', '.join(missing)} (or --report DIR)")
+
+    from entropace.report.grid import plan_grid, run_grid, write_manifest
+    from entropace.train.config import ConfigError
+
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    try:
+        runs = plan_grid(args.preset, args.algos, seeds, args.overrides, args.out)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        return _error(str(err))
+    write_manifest(args.out, args.preset, args.algos, seeds, args.overrides)
+    cfg = runs[0].cfg
+    print(
+        f"grid {args.out}: {len(args.algos)} algorithms x {len(seeds)} seeds on "
+        f"{','.join(cfg.tasks.names)} with {cfg.model.name}, {cfg.steps} steps, "
+        f"{args.jobs} at a time",
+        file=sys.stderr,
+    )
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    try:
+        outcomes = run_grid(runs, args.preset, args.out, jobs=args.jobs, say=say)
+    except KeyboardInterrupt:
+        say(f"interrupted; run the same command again to continue the grid in {args.out}")
+        return 130
+    failed = [o for o in outcomes if o.status == "failed"]
+    stopped = [o for o in outcomes if o.status == "stopped"]
+    for o in failed:
+        say(f"FAILED {o.algo} seed {o.seed}: {o.error}")
+    if stopped:
+        say(f"{len(stopped)} runs stopped or not started; run the same command again to continue")
+    code = _report(args, args.out)
+    return 1 if failed else code
