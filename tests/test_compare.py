@@ -14,8 +14,8 @@ import pytest
 
 from entropace.cli import main
 from entropace.envs import EnvSpec, register
-from entropace.report import load_run, pace_diagnostics
 from entropace.report import grid as grid_module
+from entropace.report import load_run, pace_diagnostics
 from entropace.report.compare import write_compare
 from entropace.report.stats import mean_ci, paired_difference, t_cdf, t_quantile
 from entropace.train import trainer as trainer_module
@@ -35,7 +35,9 @@ def test_t_quantile_matches_tables_and_closed_forms() -> None:
     for p in (0.6, 0.9, 0.975, 0.999):
         # df = 1 is the Cauchy distribution: tan(pi (p - 1/2)); df = 2: (2p-1) / sqrt(2p(1-p))
         assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-10)
-        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-10)
+        assert t_quantile(p, 2) == pytest.approx(
+            (2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-10
+        )
         assert t_quantile(1 - p, 7) == pytest.approx(-t_quantile(p, 7), rel=1e-12)
         assert t_cdf(t_quantile(p, 7), 7) == pytest.approx(p, abs=1e-12)
     assert t_quantile(0.5, 4) == 0.0 and t_cdf(0.0, 4) == 0.5
@@ -138,7 +140,8 @@ def test_report_numbers_by_hand(tmp_path: Path) -> None:
 
     text = md.read_text()
     row = next(ln for ln in text.splitlines() if ln.startswith("| grpo |"))
-    assert row == f"| grpo | 0.3 ± {t1 * 0.1:.2g} | 0.7 ± {t1 * 0.1:.2g} | 0.5 ± {t1 * 0.1:.2g} | 2 |"
+    h = f"{t1 * 0.2 / 2:.2g}"  # 1.3
+    assert row == f"| grpo | 0.3 ± {h} | 0.7 ± {h} | 0.5 ± {h} | 2 |"
     assert "| papo | 1 (n=1) | 0 (n=1) | 0.5 (n=1) | 1 |" in text
     assert "one seed only" in text and "Paired difference to grpo" in text
     assert (root / "compare.html").read_text().startswith("<!DOCTYPE html>")
@@ -309,7 +312,7 @@ def test_grid_end_to_end(grid: Path) -> None:
     assert d["mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
     assert set(out["eps_low"]) == {"grpo", "eppo+papo"} and list(out["polarity"]) == ["eppo+papo"]
     assert out["figures"] == ["compare_entropy.png", "compare_success.png"]
-    assert "fewer than 5 steps" in "\n".join(out["notes"])
+    assert "fewer than 5 steps in 4 runs" in "\n".join(out["notes"])
 
 
 def test_second_invocation_skips_finished_runs(grid: Path, monkeypatch) -> None:
@@ -370,3 +373,40 @@ def test_cli_errors(tmp_path: Path, capsys) -> None:
     assert code == 2 and "nosuch" in capsys.readouterr().err
     assert not (tmp_path / "grpo").exists()  # nothing trained before the grid was checked
     assert main(["compare", "--report", str(tmp_path), "--algos", "grpo"]) == 2
+
+
+def test_jobs_train_in_subprocesses_like_in_process(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``--jobs 2``: two ``python -m entropace.cli train`` children (a built-in environment:
+    the children do not see this file's test environments); a run equals the in-process one."""
+    import torch
+
+    from entropace.envs import specs
+    from entropace.train.config import load_config
+
+    if "reasoning" not in specs():
+        pytest.skip("the reasoning environment needs entropace[envs]")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the children's threads, as in this process
+    ov = ["model=tiny", "tasks=reasoning", "steps=2", "P=1", "G=2",
+          "rollout.max_new_tokens_per_turn=6", "ppo.micro_batch_size=2",
+          "log.tensorboard=false", "log.progress=false"]  # fmt: skip
+    out = tmp_path / "grid"
+    argv = ["compare", "--preset", "quick", "--algos", "grpo", "--seeds", "2", *ov,
+            "--out", str(out), "--jobs", "2"]  # fmt: skip
+    assert main(argv) == 0
+    for seed in (0, 1):
+        assert [r["step"] for r in read_metrics(out / "grpo" / f"seed{seed}")] == [1, 2]
+        assert "done:" in (out / "logs" / f"grpo-seed{seed}.log").read_text()
+    logs = {p: p.read_text() for p in (out / "logs").iterdir()}
+    capsys.readouterr()
+    assert main(argv) == 0  # again: both skipped, no child started
+    assert capsys.readouterr().err.count("skipped") == 2
+    assert {p: p.read_text() for p in (out / "logs").iterdir()} == logs
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config("quick", [*ov, "algo=grpo", "seed=1"])
+        trainer_module.train(cfg, tmp_path / "inproc")
+    finally:
+        torch.set_num_threads(previous)
+    assert _same(_untimed(tmp_path / "inproc"), _untimed(out / "grpo" / "seed1"))

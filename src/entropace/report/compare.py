@@ -238,12 +238,13 @@ def write_compare(
     for a, runs in summaries.items():
         for r in runs:
             notes += [f"{a}/seed{r.seed}: {n}" for n in r.notes]
-            short = {t: k for t, k in r.success_k.items() if k < last_k}
-            if short:
-                notes.append(
-                    f"{a}/seed{r.seed}: final success over fewer than {last_k} steps: "
-                    + ", ".join(f"{t} ({k})" for t, k in sorted(short.items()))
-                )
+    short = [min(r.success_k.values()) for runs in summaries.values() for r in runs
+             if r.success_k and min(r.success_k.values()) < last_k]  # fmt: skip
+    if short:
+        notes.append(
+            f"final success is the mean of fewer than {last_k} steps in {len(short)} runs "
+            f"(the runs are shorter; fewest: {min(short)})"
+        )
     last_steps = {r.last_step for runs in summaries.values() for r in runs}
     if len(last_steps) > 1:
         notes.append(f"runs end at different steps {sorted(s for s in last_steps if s)}")
@@ -258,7 +259,7 @@ def write_compare(
     eps_hi = {a: c for a, c in eps_hi.items() if any(ci.n for ci in c.values())}
     pol = {a: c for a, c in pol.items() if any(ci.n for ci in c.values())}
     diffs: dict[str, Table] = {}
-    if baseline is not None:
+    if baseline is not None and len(grid) > 1:
         diffs["success"] = _diff_table(summaries, baseline, cols, _success, level)
         diffs["pace"] = _diff_table(
             summaries, baseline, PACE_METRICS, lambda r, c: getattr(r, c), level

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -219,14 +220,19 @@ def _run_subprocesses(
     logs.mkdir(parents=True, exist_ok=True)
     env = _thread_env(jobs)
     pending, running = list(todo), []
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM stops the grid too
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while pending or running:
             while pending and len(running) < jobs:
                 run, state, outcome = pending.pop(0)
                 log = (logs / f"{run.algo}-seed{run.seed}.log").open("a", encoding="utf-8")
+                # own session: a terminal's Ctrl-C reaches only this process, which then
+                # sends each child one SIGTERM (a second signal would abort its checkpoint)
                 proc = subprocess.Popen(
                     train_command(run, preset, state), stdout=log, stderr=subprocess.STDOUT,
-                    env=env,
+                    env=env, start_new_session=True,
                 )  # fmt: skip
                 running.append(_Child(run, outcome, proc, log))
             time.sleep(0.2)
@@ -253,6 +259,13 @@ def _run_subprocesses(
         for _, _, outcome in pending:
             outcome.status, outcome.error = "stopped", "not started (interrupted)"
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _line(o: RunOutcome) -> str:
