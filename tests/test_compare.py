@@ -252,7 +252,7 @@ ALGOS = "grpo,eppo+papo"
 
 def _compare(out: Path, *extra: str) -> int:
     return main(["compare", "--preset", "quick", "--algos", ALGOS, "--seeds", "2",
-                 *OVERRIDES, "--out", str(out), *extra])  # fmt: skip
+                 *OVERRIDES, *extra, "--out", str(out)])  # fmt: skip
 
 
 def _untimed(run: Path) -> list[dict]:
@@ -315,7 +315,7 @@ def test_grid_end_to_end(grid: Path) -> None:
     assert "fewer than 5 steps in 4 runs" in "\n".join(out["notes"])
 
 
-def test_second_invocation_skips_finished_runs(grid: Path, monkeypatch) -> None:
+def test_second_invocation_skips_finished_runs(grid: Path, monkeypatch, capsys) -> None:
     metrics = sorted(grid.glob("*/seed*/metrics.jsonl"))
     assert len(metrics) == 4
     before = {p: p.stat().st_mtime_ns for p in metrics}
@@ -325,6 +325,12 @@ def test_second_invocation_skips_finished_runs(grid: Path, monkeypatch) -> None:
 
     monkeypatch.setattr(trainer_module, "train", no_training)
     assert _compare(grid) == 0
+    assert {p: p.stat().st_mtime_ns for p in metrics} == before
+    assert "WARNING" not in capsys.readouterr().err
+    # asked again with another learning rate: still skipped, with a warning naming the change
+    assert _compare(grid, "optim.lr=0.001") == 0
+    err = capsys.readouterr().err
+    assert err.count("WARNING: finished under another config: optim.lr: 0.003 -> 0.001") == 4
     assert {p: p.stat().st_mtime_ns for p in metrics} == before
 
 

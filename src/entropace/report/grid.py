@@ -69,7 +69,7 @@ class GridRun:
 class RunOutcome:
     """What the grid did with one run: ``action`` is ``skipped`` / ``resumed`` / ``restarted``
     / ``started``; ``status`` is ``ok``, ``stopped`` (SIGINT/SIGTERM, checkpointed) or
-    ``failed`` (``error`` says why)."""
+    ``failed`` (``error`` says why); ``warning``: e.g. a skipped run's config differs."""
 
     algo: str
     seed: int
@@ -78,6 +78,7 @@ class RunOutcome:
     status: str = "ok"
     error: str | None = None
     seconds: float = 0.0
+    warning: str | None = None
 
 
 def _last_logged_step(run_dir: Path) -> int | None:
@@ -270,7 +271,26 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def _line(o: RunOutcome) -> str:
     text = f"{o.algo} seed {o.seed}: {o.action}, {o.status} ({o.seconds:.1f} s)"
-    return text + (f": {o.error}" if o.error else "")
+    text += f": {o.error}" if o.error else ""
+    return text + (f"\n  WARNING: {o.warning}" if o.warning else "")
+
+
+def config_drift(run: GridRun) -> list[str]:
+    """The settings (``log.*`` aside) where ``RUN/config.yaml`` differs from the config the grid
+    asks for now, as ``"key: old -> new"``; a finished run is still skipped, with a warning
+    (its numbers are of the old config: use another ``--out`` to compare the new one)."""
+    import yaml
+
+    from entropace.train.config import config_changes, to_dict
+
+    path = run.run_dir / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return [f"{path} is missing or unreadable"]
+    if not isinstance(saved, dict):
+        return [f"{path} is not a mapping"]
+    return [c for c in config_changes(saved, to_dict(run.cfg)) if not c.startswith("log.")]
 
 
 def run_grid(
@@ -298,6 +318,9 @@ def run_grid(
         outcome = RunOutcome(run.algo, run.seed, run.run_dir, _ACTION[state])
         outcomes.append(outcome)
         if state == "done":
+            changed = config_drift(run)
+            if changed:
+                outcome.warning = "finished under another config: " + "; ".join(changed)
             say(_line(outcome))
         else:
             todo.append((run, state, outcome))
