@@ -346,6 +346,7 @@ def test_interrupted_run_is_resumed_and_missing_run_started(
     lines = (copy / "grpo" / "seed0" / "metrics.jsonl").read_text().splitlines()
     (copy / "grpo" / "seed0" / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")
     shutil.rmtree(copy / "eppo+papo" / "seed1")  # never started
+    shutil.rmtree(copy / "eppo+papo" / "seed0" / "checkpoints")  # killed before a checkpoint
     calls = []
     real = trainer_module.train
 
@@ -362,10 +363,14 @@ def test_interrupted_run_is_resumed_and_missing_run_started(
         torch.set_num_threads(previous)
     assert calls == [
         ("grpo/seed0", {"resume": True, "overwrite": False}),
+        ("eppo+papo/seed0", {"resume": False, "overwrite": True}),
         ("eppo+papo/seed1", {"resume": False, "overwrite": False}),
     ]
-    # both continue exactly: the same metrics as the uninterrupted grid
-    for run in ("grpo/seed0", "eppo+papo/seed1"):
+    # the stale run was moved aside (not deleted), and the report ignores it
+    aside = [p.name for p in (copy / "eppo+papo").iterdir() if p.name.startswith("seed0.old-")]
+    assert len(aside) == 1 and (copy / "eppo+papo" / aside[0] / "metrics.jsonl").is_file()
+    # all continue exactly: the same metrics as the uninterrupted grid
+    for run in ("grpo/seed0", "eppo+papo/seed0", "eppo+papo/seed1"):
         assert _same(_untimed(copy / run), _untimed(grid / run)), run
     a = json.loads((grid / "compare.json").read_text())["success"]
     b = json.loads((copy / "compare.json").read_text())["success"]
