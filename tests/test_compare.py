@@ -62,6 +62,8 @@ def test_mean_ci_by_hand() -> None:
     one = mean_ci([0.7, None, math.nan])  # None / NaN dropped: one sample, no interval
     assert (one.mean, one.half_width, one.n) == (0.7, None, 1)
     assert one.format() == "0.7 (n=1)"
+    same = mean_ci([0.2, 0.2, 0.2])  # 0.2 * 3 / 3 != 0.2 in floats; the spread is exactly 0
+    assert (same.mean, same.half_width, same.std, same.format()) == (0.2, 0.0, 0.0, "0.2 ± 0")
     none = mean_ci([])
     assert (none.mean, none.n, none.format()) == (None, 0, "n/a")
 

@@ -157,6 +157,8 @@ def mean_ci(values: Sequence[float | None], level: float = 0.95) -> MeanCI:
     mean = math.fsum(xs) / n
     if n == 1:
         return MeanCI(mean, None, 1, None, level)
+    if min(xs) == max(xs):  # equal samples: exactly no spread (not fsum rounding noise)
+        return MeanCI(xs[0], 0.0, n, 0.0, level)
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile(0.5 + level / 2.0, n - 1) * std / math.sqrt(n)
     return MeanCI(mean, half, n, std, level)
