@@ -249,7 +249,13 @@ class _Engine:
         if use_cache:
             uncached, keep = batch_layout(lengths, cached)
             reserve = uncached + max(budgets)  # what generate appends, at most
-            cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached, reserve)
+            try:
+                cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached, reserve)
+            except Exception as exc:
+                if is_oom(exc):
+                    what = f"building the key/value cache of {len(chunk)} episodes"
+                    raise RuntimeError(OOM_HINT.format(what=what)) from exc
+                raise
             self.kv_counts["cached_tokens"] += sum(keep)
             self.kv_counts["prefill_tokens"] += len(chunk) * uncached
         else:
