@@ -200,12 +200,20 @@ def forward_shapes(model: Any) -> tuple[list[tuple[int, int]], Any]:
     return shapes, model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def test_fast_path_prefills_only_new_tokens(tiny_model_and_tokenizer: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("share_roots", [True, False])
+def test_fast_path_prefills_only_new_tokens(
+    tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, share_roots: bool
+) -> None:
     """Every forward, counted by a hook. Two-turn episodes, every turn cut at its 6-token
     budget (end-of-turn logit -inf), 4 prompts x G=3. Old path: turn 1 prefills the 12
     left-padded prompts, turn 2 the whole histories. Fast path: the 4 distinct prompts minus
-    their last token once, then 1 column per row at turn 1, and at turn 2 the last generated
-    token plus the longest template-and-observation continuation."""
+    their last token once (their common prefix, system prompt and template, once for all
+    four when ``share_roots``), then 1 column per row at turn 1, and at turn 2 the last
+    generated token plus the longest template-and-observation continuation."""
+    import entropace.rollout.kvcache as kvcache
+
+    if not share_roots:
+        monkeypatch.setattr(kvcache, "MIN_SHARED_PREFIX", 10**9)
     model, tok = tiny_model_and_tokenizer
     add_eot_bias(model, tok, float("-inf"))
     k = 6
@@ -234,10 +242,17 @@ def test_fast_path_prefills_only_new_tokens(tiny_model_and_tokenizer: tuple[Any,
     n2 = max(p + k + c for p, c in zip(prompt_len, cont, strict=True))
     decode = [(B, 1)] * (k - 1)
     assert runs["old"][1] == [(B, n1), *decode, (B, n2), *decode]
-    distinct = sorted({p for p in prompt_len}, reverse=True)
-    assert len(distinct) == 4
-    buckets = _length_buckets([p - 1 for p in distinct], 16, 1.25)
-    prefix = [(len(b), distinct[b[0]] - 1) for b in buckets]
+    prompts = sorted({tuple(batch.input_ids[i, :p].tolist()) for i, p in enumerate(prompt_len)})
+    assert len(prompts) == 4
+    lcp = 0  # longest common prefix of the 4 prompts minus their last token, by hand
+    while all(len(q) - 1 > lcp and q[lcp] == prompts[0][lcp] for q in prompts):
+        lcp += 1
+    assert lcp >= 32  # system prompt + "count ": shared (MIN_SHARED_PREFIX = 32)
+    root = lcp if share_roots else 0
+    tails = [len(q) - 1 - root for q in prompts]
+    buckets = _length_buckets(tails, 16, 1.25)
+    prefix = [(1, root)] if share_roots else []
+    prefix += [(len(b), max(tails[j] for j in b)) for b in buckets]
     assert runs["fast"][1] == [*prefix, (B, 1), *decode, (B, 1 + max(cont)), *decode]
     prefix_positions = sum(b * w for b, w in prefix)
     assert fast.counts["prefill_tokens"] == prefix_positions + B + B * (1 + max(cont))
@@ -284,14 +299,24 @@ def test_batch_cache_layout_and_row_views() -> None:
 
 
 def test_prefill_prefixes_match_a_plain_forward(tiny_model_and_tokenizer: tuple[Any, Any]) -> None:
-    """Keys/values of padded, bucketed prefills equal each list run alone (fp32 round-off)."""
+    """Keys/values of padded, bucketed prefills, and of tails run on a shared root, equal
+    each list run alone (fp32 round-off)."""
     from transformers import DynamicCache
+
+    from entropace.rollout.kvcache import shared_roots
 
     model, tok = tiny_model_and_tokenizer
     g = torch.Generator().manual_seed(1)
     lists = [torch.randint(4, 500, (n,), generator=g).tolist() for n in (9, 30, 28, 0, 31)]
+    root = torch.randint(4, 500, (40,), generator=g).tolist()
+    lists += [root + [7] * 5, root + torch.randint(4, 500, (12,), generator=g).tolist(), root]
+    lists.append(lists[1][:20] + [9] * 15)  # shares 20 < 32 tokens with lists[1]: not a root
+    assert shared_roots(lists, 32) == [(40, [7, 5, 6])]
     kvs, positions = prefill_prefixes(model, lists, pad_id=tok.pad_token_id)
-    assert positions == 3 * 31 + 9 and kvs[3].length == 0
+    # the root once (40); tails 31 (list 4), 30, 28, 35 (list 8), 12, 9, 5; list 7 is the root.
+    # Buckets (<= 25% padding): [35, 31, 30, 28] -> 4 x 35, [12, 9] -> 2 x 12, [5]
+    assert positions == 40 + 4 * 35 + 2 * 12 + 5 and kvs[3].length == 0
+    assert kvs[7].length == 40
     for ids, kv in zip(lists, kvs, strict=True):
         if not ids:
             continue

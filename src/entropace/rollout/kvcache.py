@@ -183,6 +183,98 @@ def _length_buckets(lengths: Sequence[int], max_batch: int, waste: float) -> lis
     return buckets
 
 
+#: Distinct prompts sharing at least this many leading tokens prefill them once.
+MIN_SHARED_PREFIX = 32
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def shared_roots(lists: Sequence[Sequence[int]], min_shared: int) -> list[tuple[int, list[int]]]:
+    """Clusters of lists with a common prefix of at least ``min_shared`` tokens.
+
+    Lists are sorted, and a cluster grows along the sorted order while its saving
+    ``(size - 1) * common_length`` does not drop (so a list that shares little does not cut a
+    long common prefix short). Returns ``(common_length, members)`` for clusters of 2 or more.
+    """
+    order = sorted(range(len(lists)), key=lambda i: tuple(lists[i]))
+    clusters: list[tuple[int, list[int]]] = []
+    for i in order:
+        if clusters:
+            length, members = clusters[-1]
+            common = min(length, _lcp(lists[members[-1]], lists[i]))
+            if common >= min_shared and len(members) * common >= (len(members) - 1) * length:
+                clusters[-1] = (common, [*members, i])
+                continue
+        clusters.append((len(lists[i]), [i]))
+    return [(length, members) for length, members in clusters if len(members) > 1]
+
+
+def extend_prefixes(
+    model: Any,
+    lists: Sequence[Sequence[int]],
+    bases: Sequence[PrefixKV | None],
+    *,
+    pad_id: int,
+    max_batch: int = 16,
+    waste: float = 1.25,
+) -> tuple[list[PrefixKV], int]:
+    """Keys/values of every token of each list, running only the tokens after its base.
+
+    ``bases[i]`` (or ``None``) holds the keys/values of a prefix of ``lists[i]``. Lists with a
+    similar number of uncached tokens share a left-padded forward (padded positions at most
+    ``waste`` times the real ones, at most ``max_batch`` rows), laid out as a ``generate``
+    call (module docstring): the ``[b, W]`` ids and mask, the first ``W - U`` columns from the
+    bases, positions ``cumsum(mask) - 1``. Only the last position's logits are computed
+    (``logits_to_keep=1``) where the model allows it.
+
+    Returns:
+        ``(kvs, positions)``: one :class:`PrefixKV` per list (an empty list gives an empty
+        prefix) and the number of token positions run (padding included).
+    """
+    device = next(model.parameters()).device
+    cached = [b.length if b is not None else 0 for b in bases]
+    kvs: list[PrefixKV] = [PrefixKV([]) for _ in lists]
+    todo = []
+    for i, (ids, c) in enumerate(zip(lists, cached, strict=True)):
+        if c >= len(ids) and bases[i] is not None:
+            kvs[i] = bases[i]  # type: ignore[assignment]  # all cached already
+        elif ids:
+            todo.append(i)
+    positions = 0
+    keep_logits = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    uncached = [len(lists[i]) - cached[i] for i in todo]
+    for bucket in _length_buckets(uncached, max_batch, waste):
+        rows = [todo[j] for j in bucket]
+        lengths = [len(lists[i]) for i in rows]
+        width = max(lengths)
+        new, keep = batch_layout(lengths, [cached[i] for i in rows])
+        cache = batch_cache([bases[i] for i in rows], keep, width - new, new)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, (i, n) in enumerate(zip(rows, lengths, strict=True)):
+            ids[r, width - n :] = torch.tensor(list(lists[i]), dtype=torch.long)
+            mask[r, width - n :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            model(
+                input_ids=ids[:, width - new :],
+                attention_mask=mask,
+                position_ids=position_ids[:, width - new :],
+                cache=cache,
+                use_cache=True,
+                **keep_logits,
+            )
+        positions += len(rows) * new
+        views = row_prefixes(cache, [width - n for n in lengths], lengths)
+        for i, kv in zip(rows, views, strict=True):
+            kvs[i] = kv
+    return kvs, positions
+
+
 def prefill_prefixes(
     model: Any,
     prefixes: Sequence[Sequence[int]],
@@ -190,53 +282,32 @@ def prefill_prefixes(
     pad_id: int,
     max_batch: int = 16,
     waste: float = 1.25,
+    min_shared: int | None = None,
 ) -> tuple[list[PrefixKV], int]:
-    """Run each token list once (no grad) and return the keys/values of all its tokens.
+    """Run each (distinct) token list once (no grad); keys/values of all its tokens.
 
-    Lists of similar length share a left-padded forward (padded positions at most
-    ``waste`` times the real ones, at most ``max_batch`` rows); positions are
-    ``cumsum(mask) - 1`` as in ``generate``. Only the last position's logits are computed
-    (``logits_to_keep=1``) where the model allows it.
+    Lists with a common prefix of at least ``min_shared`` tokens (default
+    :data:`MIN_SHARED_PREFIX`; e.g. the system prompt and tool descriptions of one task's
+    instances) run that prefix once (:func:`shared_roots`) and then only their own tails;
+    the rest as :func:`extend_prefixes`.
 
     Returns:
-        ``(kvs, positions)``: one :class:`PrefixKV` per list (an empty list gives an empty
-        prefix) and the number of token positions run (padding included).
+        ``(kvs, positions)``: one :class:`PrefixKV` per list and the positions run.
     """
-    from transformers import DynamicCache
-
-    device = next(model.parameters()).device
-    kvs: list[PrefixKV | None] = [None] * len(prefixes)
-    positions = 0
-    nonempty = [i for i, p in enumerate(prefixes) if len(p) > 0]
-    keep = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
-    for bucket in _length_buckets([len(prefixes[i]) for i in nonempty], max_batch, waste):
-        rows = [nonempty[j] for j in bucket]
-        width = max(len(prefixes[i]) for i in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, i in enumerate(rows):
-            n = len(prefixes[i])
-            ids[r, width - n :] = torch.tensor(list(prefixes[i]), dtype=torch.long)
-            mask[r, width - n :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        with torch.no_grad():
-            model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=position_ids,
-                cache=cache,
-                use_cache=True,
-                **keep,
-            )
-        positions += int(ids.numel())
-        lengths = [len(prefixes[i]) for i in rows]
-        views = row_prefixes(cache, [width - n for n in lengths], lengths)
-        for i, kv in zip(rows, views, strict=True):
-            kvs[i] = kv
-    empty = PrefixKV([])
-    return [kv if kv is not None else empty for kv in kvs], positions
+    shared = MIN_SHARED_PREFIX if min_shared is None else min_shared
+    roots = shared_roots(prefixes, shared)
+    root_lists = [prefixes[members[0]][:length] for length, members in roots]
+    root_kvs, positions = extend_prefixes(
+        model, root_lists, [None] * len(roots), pad_id=pad_id, max_batch=max_batch, waste=waste
+    )
+    bases: list[PrefixKV | None] = [None] * len(prefixes)
+    for kv, (_length, members) in zip(root_kvs, roots, strict=True):
+        for i in members:
+            bases[i] = kv
+    kvs, more = extend_prefixes(
+        model, prefixes, bases, pad_id=pad_id, max_batch=max_batch, waste=waste
+    )
+    return kvs, positions + more
 
 
 def batch_cache(
