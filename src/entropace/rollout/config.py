@@ -36,8 +36,9 @@ class RolloutConfig:
         generation_batch_size: most episodes in one ``generate`` call (``None`` = all live
             episodes together, the default).
         share_prefix: episodes whose first prompts are equal (the ``G`` samples of a group)
-            prefill that prompt once and start from copies of its key/value cache
-            (``entropace.rollout.kvcache``). Same ids, mask and positions as without it.
+            prefill that prompt once and start from copies of its key/value cache, and
+            distinct prompts with a long common prefix (a task's system prompt) prefill it
+            once (``entropace.rollout.kvcache``). Same ids, mask and positions as without it.
         reuse_kv: every live episode keeps its key/value cache between turns; the next turn
             prefills only the tokens after it (the last generated token, the template tokens
             and the new observation). Off: every turn re-encodes the whole history (the old

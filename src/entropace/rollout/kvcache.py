@@ -28,7 +28,10 @@ Sources of cached prefixes:
 
 * **shared prompt prefix** (:func:`prefill_prefixes`): the ``G`` episodes of a group start from
   the same first prompt; its first ``n - 1`` tokens are run once and every episode of the
-  group gets a view of the result (the copy into the batch happens in :func:`batch_cache`);
+  group gets a view of the result (the copy into the batch happens in :func:`batch_cache`).
+  Distinct prompts that share at least :data:`MIN_SHARED_PREFIX` leading tokens (the system
+  prompt and tool descriptions of one task's instances) run that common prefix once too
+  (:func:`shared_roots`, :func:`extend_prefixes`);
 * **cross-turn reuse** (:func:`kept_prefixes`): after ``generate`` the batch's cache holds every
   row's input and generated tokens; each live episode keeps views of its own real columns, the
   tokens it will keep (generated tokens past its stop token or budget are excluded). The next
