@@ -3,6 +3,15 @@
 Used twice: by the rollout engine (``grad=False``, the sampling policy's ``old_logprobs``,
 entropy and PAPO sensitivity) and by the update (``grad=True``, the current policy's log-probs
 on a micro-batch).
+
+Shared prompt prefixes (``groups=``): the trajectories of a GRPO group start with the same
+prompt. Within a micro-batch, the longest common prefix of each group's rows (identical ids,
+all real) is run once, its key/value cache is expanded to the group (``repeat_interleave``, so
+under autograd every member's gradient flows back into the one prefix pass and sums there,
+exactly as the separate passes' gradients would) and only the rows' own tails are run on it
+(PrefixGrouper, arXiv 2506.05433, does the same with a grouped attention). The function
+computed is the same; values and gradients equal the plain path up to float round-off of
+differently shaped matmuls (tested to 1e-5 relative in fp32).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ def sequence_token_stats(
     micro_batch_size: int | None = None,
     grad: bool = False,
     loss_mask: Tensor | None = None,
+    groups: Tensor | None = None,
 ) -> TokenStats:
     """Log-prob, entropy and PAPO terms of every token of ``input_ids`` under ``model``.
 
@@ -55,6 +65,10 @@ def sequence_token_stats(
             has in its loss mask (models whose ``forward`` takes ``logits_to_keep``, as
             transformers' causal LMs do): the shared prompt prefix costs no logits. Columns
             before it are 0; the columns from it on are exactly as without ``loss_mask``.
+        groups: optional ``[B]`` group ids: rows of a group that share a common prefix in a
+            micro-batch run it once (module docstring). Ignored (the plain path) for models
+            whose cache is not a plain full-attention ``DynamicCache`` and under gradient
+            checkpointing (which disables the cache).
 
     Returns:
         ``TokenStats`` (``logprob``, ``entropy``, ``t1``, ``t2``; ``sensitivity`` derived), each
@@ -98,6 +112,19 @@ def sequence_token_stats(
                 if loss_cols.numel():
                     first = max(1, int(loss_cols.min()))
             position_ids = (mask_u.cumsum(dim=-1) - 1).clamp(min=0)
+            if groups is not None and _prefix_sharing_applies(model):
+                values = _shared_prefix_stats(
+                    model, ids_u, mask_u, position_ids, groups[start : start + step], first,
+                    temperature=temperature, chunk_size=chunk_size,
+                )  # fmt: skip
+                valid = (mask_u[:, 1:] * mask_u[:, :-1]).bool()
+                valid[:, : first - 1] = False
+                zero = ids.new_zeros((rows, 1), dtype=dtype)
+                pad = ids.new_zeros((rows, length - used), dtype=dtype)
+                for name in names:
+                    value = torch.where(valid, values[name].to(dtype), 0.0)
+                    parts[name].append(torch.cat([zero, value, pad], dim=1))
+                continue
             extra = (
                 {"logits_to_keep": used - first + 1}
                 if first > 1 and _takes_logits_to_keep(model)
@@ -125,6 +152,106 @@ def sequence_token_stats(
                 value = torch.where(valid, getattr(stats, name).to(dtype), 0.0)
                 parts[name].append(torch.cat([zero, value, pad], dim=1))
     return TokenStats(**{name: torch.cat(parts[name], dim=0) for name in names})
+
+
+#: The keyword that hands a cache to a transformers causal LM (``past_key_values`` before 5.x).
+CACHE_ARG = "cache"
+
+
+def _prefix_sharing_applies(model: Any) -> bool:
+    from entropace.rollout.kvcache import kv_reuse_support
+
+    flag = "is_activation_checkpointing"
+    checkpointing = getattr(model, flag if hasattr(model, flag) else "is_gradient_checkpointing")
+    if checkpointing and model.training:
+        return False
+    return kv_reuse_support(model) is None
+
+
+def _forward_logits(model: Any, **kwargs: Any) -> Tensor:
+    return model(**kwargs).logits
+
+
+def _shared_prefix_stats(
+    model: Any,
+    ids: Tensor,
+    mask: Tensor,
+    position_ids: Tensor,
+    groups: Tensor,
+    first: int,
+    *,
+    temperature: float,
+    chunk_size: int | None,
+) -> dict[str, Tensor]:
+    """Statistics of columns ``1 .. used-1`` (``[rows, used - 1]`` per name) of one
+    micro-batch, each group's common prefix run once. Columns before ``first`` hold anything
+    (the caller zeroes them)."""
+    from transformers import DynamicCache
+
+    from entropace.algos.token_stats import token_stats
+
+    rows, used = ids.shape
+    names = ("logprob", "entropy", "t1", "t2")
+    out: dict[str, list[tuple[Tensor, Tensor]]] = {n: [] for n in names}
+    order = []
+    for g in torch.unique(groups, sorted=False).tolist():
+        order.append((groups == g).nonzero().flatten())
+    for index in order:
+        g_ids, g_mask, g_pos = ids[index], mask[index], position_ids[index]
+        same = (g_ids == g_ids[:1]).all(dim=0) & g_mask.bool().all(dim=0)
+        diff = (~same).nonzero()
+        prefix = int(diff.min()) if diff.numel() else used
+        prefix = min(prefix, used - 1)  # at least one tail column per row
+        keep_from = max(first - 1, 0)  # first logits position needed
+        if len(index) < 2 or prefix < 2:  # nothing to share: one plain pass for these rows
+            logits = _forward_logits(
+                model, input_ids=g_ids, attention_mask=g_mask, position_ids=g_pos,
+                use_cache=False,
+            )[:, :-1]  # fmt: skip
+            stats = token_stats(logits, g_ids[:, 1:], temperature=temperature,
+                                chunk_size=chunk_size)  # fmt: skip
+            for n in names:
+                out[n].append((index, getattr(stats, n)))
+            continue
+        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        need_prefix = max(prefix - keep_from, 1)  # prefix positions whose logits are needed
+        head = model(
+            input_ids=g_ids[:1, :prefix],
+            attention_mask=g_mask[:1, :prefix],
+            position_ids=g_pos[:1, :prefix],
+            **{CACHE_ARG: cache},
+            use_cache=True,
+            logits_to_keep=need_prefix,
+        ).logits  # [1, need_prefix, V]: positions prefix-need_prefix .. prefix-1
+        cache.batch_repeat_interleave(len(index))
+        tail = model(
+            input_ids=g_ids[:, prefix:],
+            attention_mask=g_mask,
+            position_ids=g_pos[:, prefix:],
+            **{CACHE_ARG: cache},
+            use_cache=True,
+        ).logits  # [n, used - prefix, V]: positions prefix .. used-1
+        # positions prefix-need_prefix .. used-2 predict tokens prefix-need_prefix+1 .. used-1
+        head = head.expand(len(index), -1, -1)
+        logits = torch.cat([head, tail[:, :-1]], dim=1)
+        tokens = g_ids[:, prefix - need_prefix + 1 :]
+        stats = token_stats(logits, tokens, temperature=temperature, chunk_size=chunk_size)
+        skipped = prefix - need_prefix  # columns 1 .. skipped are not computed (before first)
+        for n in names:
+            value = getattr(stats, n)
+            if skipped:
+                value = torch.cat([value.new_zeros(len(index), skipped), value], dim=1)
+            out[n].append((index, value))
+    result = {}
+    for n in names:
+        sample = out[n][0][1]
+        full = sample.new_zeros((rows, used - 1))
+        pieces = [(index, value) for index, value in out[n]]
+        perm = torch.cat([index for index, _ in pieces])
+        stacked = torch.cat([value for _, value in pieces])
+        full = full.index_copy(0, perm.to(full.device), stacked)
+        result[n] = full
+    return result
 
 
 def _takes_logits_to_keep(model: Any) -> bool:

@@ -146,13 +146,16 @@ class PPOConfig:
     ``num_minibatches`` optimiser steps, each accumulated over micro-batches of
     ``micro_batch_size`` trajectories (the log-prob chunking is ``rollout.stats_chunk_size``).
     Optimiser steps per training step = ``epochs * num_minibatches``; clip rules only act
-    when that is > 1.
+    when that is > 1. ``share_prefix``: the trajectories of a group in one micro-batch run
+    their common prompt prefix once, in the forward and the backward pass (the same loss and
+    gradients up to round-off; :func:`entropace.rollout.sequence_token_stats`).
     """
 
     epochs: int = 2
     num_minibatches: int = 2
     micro_batch_size: int = 4
     shuffle: bool = True
+    share_prefix: bool = True
 
 
 @dataclass

@@ -74,7 +74,8 @@ class Learner:
 class MiniBatch:
     """The per-token tensors an optimiser step needs, for a set of trajectories.
 
-    Shapes: ``[b, L]`` except ``eps_low``/``eps_high`` ``[b, 1]`` and ``task_ids`` ``[b]``.
+    Shapes: ``[b, L]`` except ``eps_low``/``eps_high`` ``[b, 1]``, ``task_ids`` and
+    ``group_ids`` ``[b]``.
     """
 
     input_ids: Tensor
@@ -85,6 +86,7 @@ class MiniBatch:
     eps_low: Tensor
     eps_high: Tensor
     task_ids: Tensor
+    group_ids: Tensor | None = None
     ref_logprobs: Tensor | None = None
 
     def select(self, index: Tensor) -> MiniBatch:
@@ -115,6 +117,7 @@ def current_logprobs(
         micro_batch_size=None,
         grad=grad,
         loss_mask=mb.loss_mask,
+        groups=mb.group_ids if cfg.ppo.share_prefix else None,
     )
     return stats.logprob, stats.entropy
 

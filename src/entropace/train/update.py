@@ -188,6 +188,7 @@ def update_step(
         eps_low=eps_low,
         eps_high=eps_high,
         task_ids=batch.task_ids,
+        group_ids=batch.group_ids,
     )
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
