@@ -168,6 +168,10 @@ def accumulate_gradients(
     k = len(cfg.tasks.names)
     total: dict[str, Tensor] = {}
     rows = torch.arange(mb.input_ids.shape[0])
+    if cfg.ppo.share_prefix and mb.group_ids is not None:
+        # group-mates side by side, so that micro-batches hold whole groups and share their
+        # prompt (the loss uses the mini-batch's global counts: the order does not change it)
+        rows = torch.sort(mb.group_ids.cpu(), stable=True).indices
     for index in torch.split(rows, cfg.ppo.micro_batch_size):
         micro = mb.select(index)
         logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
