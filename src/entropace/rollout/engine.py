@@ -438,6 +438,12 @@ def collect_rollouts(
                 micro_batch_size=cfg.micro_batch_size,
                 grad=False,
                 loss_mask=loss_mask.to(device),
+                # a group's common prompt runs once here too (same values up to round-off)
+                groups=(
+                    torch.tensor([r.group_id for r in reqs], device=device)
+                    if cfg.share_prefix
+                    else None
+                ),
             )
         except Exception as exc:
             if is_oom(exc):
