@@ -159,3 +159,24 @@ def test_smollm2_shared_prefix_equals_plain_for_one_micro_batch() -> None:
     shared = float((gb - ga).norm() / ga.norm())
     print(f"smollm2 gradient relative difference, shared vs plain: {shared:.2e}")
     assert shared < 3e-5
+
+
+def test_group_micro_batches_partition_rows_and_keep_group_mates_together() -> None:
+    from entropace.train.learner import group_micro_batches
+
+    ids = torch.tensor([2, 0, 1, 0, 0, 1, 3, 0, 2])
+    for size in (1, 2, 3, 4, 9):
+        chunks = [c.tolist() for c in group_micro_batches(ids, size)]
+        flat = sorted(r for c in chunks for r in c)
+        assert flat == list(range(len(ids))) and all(0 < len(c) <= size for c in chunks)
+        for g in ids.unique().tolist():  # a group spans ceil(n_g / size) micro-batches
+            n = int((ids == g).sum())
+            spans = sum(any(int(ids[r]) == g for r in c) for c in chunks)
+            assert spans == -(-n // size), (size, g, chunks)
+    assert [c.tolist() for c in group_micro_batches(ids, 2)] == [
+        [1, 3],
+        [4, 7],
+        [2, 5],
+        [0, 8],
+        [6],
+    ]

@@ -167,12 +167,14 @@ def accumulate_gradients(
     seq_norm = a.seq_norm if a.seq_norm is not None else float(cfg.rollout.max_episode_tokens)
     k = len(cfg.tasks.names)
     total: dict[str, Tensor] = {}
-    rows = torch.arange(mb.input_ids.shape[0])
+    size = cfg.ppo.micro_batch_size
     if cfg.ppo.share_prefix and mb.group_ids is not None:
-        # group-mates side by side, so that micro-batches hold whole groups and share their
-        # prompt (the loss uses the mini-batch's global counts: the order does not change it)
-        rows = torch.sort(mb.group_ids.cpu(), stable=True).indices
-    for index in torch.split(rows, cfg.ppo.micro_batch_size):
+        # micro-batches that keep group-mates together, so that they share their prompt (any
+        # partition gives the same loss: every micro-batch uses the mini-batch's global counts)
+        micro_batches = group_micro_batches(mb.group_ids.cpu(), size)
+    else:
+        micro_batches = list(torch.split(torch.arange(mb.input_ids.shape[0]), size))
+    for index in micro_batches:
         micro = mb.select(index)
         logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
         inputs = algos.LossInputs(
@@ -204,6 +206,29 @@ def accumulate_gradients(
             per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
             _add(total, f"flag/{name}", per_task)
     return total
+
+
+def group_micro_batches(group_ids: Tensor, size: int) -> list[Tensor]:
+    """A partition of rows ``0..b-1`` into micro-batches of at most ``size`` rows that keeps
+    group-mates together: each group's rows in full chunks of ``size``, then the groups'
+    remainders (fewer than ``size`` rows each, never split) packed in order into chunks."""
+    chunks: list[list[int]] = []
+    rests: list[list[int]] = []
+    for g in torch.unique(group_ids, sorted=True).tolist():
+        rows = (group_ids == g).nonzero().flatten().tolist()
+        full = len(rows) - len(rows) % size
+        chunks += [rows[i : i + size] for i in range(0, full, size)]
+        if full < len(rows):
+            rests.append(rows[full:])
+    current: list[int] = []
+    for rest in rests:
+        if len(current) + len(rest) > size:
+            chunks.append(current)
+            current = []
+        current = current + rest
+    if current:
+        chunks.append(current)
+    return [torch.tensor(c, dtype=torch.long) for c in chunks]
 
 
 def _grads_finite(params: list[torch.nn.Parameter]) -> bool:
