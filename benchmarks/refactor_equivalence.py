@@ -20,52 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from entropace.envs import EnvSpec, register, specs
+from entropace.envs.toy import register_letter_envs
 
 TIMING = ("time/", "tokens_per_s")
 
 
-class LetterEnv:
-    """Say a word containing a letter (reward 1), else "Try again." for 2 turns."""
-
-    name = "eqletter"
-    system_prompt = "Reply with one word."
-    max_turns = 2
-
-    def __init__(self, difficulty: str = "easy") -> None:
-        self.letter = "a"
-
-    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        self.letter = "aeiost"[seed % 6]
-        info = {"task": self.name, "seed": seed, "difficulty": "easy", "gold": self.letter}
-        return f"Say a word with the letter {self.letter}.", info
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        ok = self.letter in action
-        return (
-            ("Correct." if ok else "Try again."),
-            float(ok),
-            ok,
-            False,
-            {
-                "success": ok,
-                "parse_error": False,
-            },
-        )
-
-
 def _register() -> None:
-    for name in ("eqletter", "eqletter2"):
-        if name not in specs():
-            register(
-                EnvSpec(
-                    name=name,
-                    factory=type(name, (LetterEnv,), {"name": name}),
-                    oracle=lambda env: lambda obs: env.env.letter,
-                    description="equivalence-check env",
-                    options={"difficulty": "ignored"},
-                )
-            )
+    register_letter_envs("eqletter", "eqletter2")
 
 
 TINY = [

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from entropace.cli import main
-from entropace.envs import EnvSpec, register
+from entropace.envs.toy import register_letter_envs
 from entropace.report import grid as grid_module
 from entropace.report import load_run, pace_diagnostics
 from entropace.report.compare import write_compare
@@ -211,36 +211,7 @@ def test_train_commands_and_subprocess_pool(tmp_path: Path, monkeypatch) -> None
 
 
 # --------------------------------------------------------------- the grid on the tiny model
-class LetterEnv:
-    """Instance ``seed``: say a word with the letter ``"aeiost"[seed % 6]`` (reward 1)."""
-
-    name = "cmp_letter"
-    system_prompt = "Reply with one word."
-    max_turns = 2
-
-    def __init__(self, difficulty: str = "easy") -> None:
-        self.letter = "a"
-
-    def reset(self, seed: int):
-        self.letter = "aeiost"[seed % 6]
-        info = {"task": self.name, "seed": seed, "difficulty": "easy", "gold": self.letter}
-        return f"Say a word with the letter {self.letter}.", info
-
-    def step(self, action: str):
-        ok = self.letter in action
-        return ("Correct." if ok else "Try again."), float(ok), ok, False, {"success": ok}
-
-
-for _name in ("cmp_letter", "cmp_letter2"):
-    register(
-        EnvSpec(
-            name=_name,
-            factory=type(_name, (LetterEnv,), {"name": _name}),
-            oracle=lambda env: lambda obs: env.env.letter,
-            description="test env: say a word containing a letter",
-            options={"difficulty": "easy|medium|hard (ignored)"},
-        )
-    )
+register_letter_envs("cmp_letter", "cmp_letter2")
 
 OVERRIDES = [
     "model=tiny", "tasks=cmp_letter,cmp_letter2", "steps=3", "P=1", "G=3",

@@ -13,47 +13,15 @@ import pytest
 import torch
 
 from entropace.cli import main
-from entropace.envs import EnvSpec, make, register, seeds
+from entropace.envs import make, seeds
+from entropace.envs.toy import register_letter_envs
 from entropace.train import trainer as trainer_module
 from entropace.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from entropace.train.config import load_config, load_config_file, to_dict
 from entropace.train.metrics_log import clean, read_metrics
 from entropace.train.trainer import build_learner, train
 
-
-class LetterEnv:
-    """Instance ``seed``: say something containing the letter ``"aeiost"[seed % 6]``.
-
-    Reward 1 and the end of the episode on success, else 0 and "Try again." (2 turns)."""
-
-    name = "letter"
-    system_prompt = "Reply with one word."
-    max_turns = 2
-
-    def __init__(self, difficulty: str = "easy") -> None:
-        self.letter = "a"
-
-    def reset(self, seed: int):
-        self.letter = "aeiost"[seed % 6]
-        info = {"task": self.name, "seed": seed, "difficulty": "easy", "gold": self.letter}
-        return f"Say a word with the letter {self.letter}.", info
-
-    def step(self, action: str):
-        ok = self.letter in action
-        info = {"success": ok, "parse_error": False}
-        return ("Correct." if ok else "Try again."), float(ok), ok, False, info
-
-
-for _name in ("letter", "letter2"):
-    register(
-        EnvSpec(
-            name=_name,
-            factory=type(_name, (LetterEnv,), {"name": _name}),
-            oracle=lambda env: lambda obs: env.env.letter,
-            description="test env: say a word containing a letter",
-            options={"difficulty": "easy|medium|hard (ignored)"},
-        )
-    )
+register_letter_envs("letter", "letter2")
 
 OVERRIDES = [
     "model=tiny", "tasks=letter,letter2", "steps=4", "algo=eppo+papo", "P=1", "G=3",
