@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import platform
@@ -131,30 +130,12 @@ class PeakRSS:
         self.peak = max(self.peak, rss_mib())
 
 
-def quick_requests(prompts: list[Any], cfg: Any) -> list[Any]:
-    """The trainer's requests: each prompt ``G`` times with its group id, a fresh environment
-    per episode (as ``entropace.train.trainer._requests``)."""
-    from entropace.envs import make
-    from entropace.rollout import RolloutRequest
-
-    out = []
-    for p in prompts:
-        options = {"difficulty": cfg.tasks.difficulty, **cfg.tasks.options.get(p.task, {})}
-        factory = functools.partial(make, p.task, **options)
-        out += [RolloutRequest(p.task, factory, p.seed, p.group)] * cfg.tasks.group_size
-    return out
-
-
-def step_seed(cfg: Any, step: int) -> int:
-    """The trainer's seed of step ``step`` (``entropace.train.trainer.step_seed``)."""
-    return (cfg.seed * 1_000_003 + step) % (2**63 - 1)
-
-
 def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
     from entropace.models import load_model
     from entropace.rollout import collect_rollouts
     from entropace.train.config import load_config
     from entropace.train.data import TaskSampler
+    from entropace.train.trainer import rollout_requests, step_seed
 
     torch.set_num_threads(threads)
     cfg = load_config(preset)
@@ -172,7 +153,7 @@ def run(steps: int, threads: int, preset: str) -> dict[str, Any]:
     sampler = TaskSampler(cfg.tasks)
     rows: list[dict[str, Any]] = []
     for step in range(1, steps + 1):
-        requests = quick_requests(sampler.next_prompts(), cfg)
+        requests = rollout_requests(sampler.next_prompts(), cfg)
         seed = step_seed(cfg, step)
         batches = {}
         for name, rcfg in paths.items():

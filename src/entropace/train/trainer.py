@@ -286,7 +286,7 @@ class TrainResult:
     stopped_by: str | None  # signal name when stopped early, else None
 
 
-def _requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
+def rollout_requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
     """Rollout requests: each prompt ``G`` times, sharing the prompt's group id; each episode
     gets a fresh environment (:meth:`TasksConfig.env_factory`)."""
     from entropace.rollout import RolloutRequest
@@ -434,7 +434,7 @@ def train(
                 seed = step_seed(cfg, step)
                 model.eval()
                 rollout = collect_rollouts(
-                    model, tokenizer, _requests(sampler.next_prompts(), cfg), cfg.rollout,
+                    model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
                     task_names=cfg.tasks.names, seed=seed,
                 )  # fmt: skip
                 batch = rollout.batch.to(device)
