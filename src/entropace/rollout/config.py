@@ -45,6 +45,9 @@ class RolloutConfig:
             path, kept for equality tests and benchmarks). Both switches fall back to the old
             path, with a warning, for models whose cache is not a full-attention
             ``DynamicCache`` (sliding-window or linear-attention layers).
+        fused_head: the statistics pass takes the hidden states of the policy tokens only
+            and fuses the LM head with the statistics (``sequence_token_stats(...,
+            fused_head=True)``): no ``[b, L, V]`` logits. Off: materialised logits.
     """
 
     max_turns: int | None = None
@@ -60,6 +63,7 @@ class RolloutConfig:
     generation_batch_size: int | None = None
     share_prefix: bool = True
     reuse_kv: bool = True
+    fused_head: bool = True
 
     def __post_init__(self) -> None:
         def positive(name: str, optional: bool) -> None:
@@ -75,7 +79,7 @@ class RolloutConfig:
         positive("stats_chunk_size", True)
         positive("micro_batch_size", True)
         positive("generation_batch_size", True)
-        for name in ("share_prefix", "reuse_kv"):
+        for name in ("share_prefix", "reuse_kv", "fused_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"rollout.{name} must be true or false, got {getattr(self, name)!r}"

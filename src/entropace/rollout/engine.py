@@ -444,6 +444,7 @@ def collect_rollouts(
                     if cfg.share_prefix
                     else None
                 ),
+                fused_head=cfg.fused_head,
             )
         except Exception as exc:
             if is_oom(exc):

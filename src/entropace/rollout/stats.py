@@ -12,6 +12,14 @@ exactly as the separate passes' gradients would) and only the rows' own tails ar
 (PrefixGrouper, arXiv 2506.05433, does the same with a grouped attention). The function
 computed is the same; values and gradients equal the plain path up to float round-off of
 differently shaped matmuls (tested to 1e-5 relative in fp32).
+
+Fused LM head (``fused_head=True``): for causal LMs whose logits are exactly
+``lm_head(backbone(...).last_hidden_state)`` (:func:`fused_head_parts`), the backbone's hidden
+states are taken only on the rows whose next token is trained on (the loss mask; every real
+token without one) and :func:`entropace.algos.hidden_token_stats` turns them into the
+statistics chunk by chunk, with its own backward: no LM head on observation or prompt tokens,
+no ``[b, L, V]`` logits (fp32 or otherwise), ``[chunk, V]`` work buffers only. Same values and
+gradients as the materialised path on the loss-mask columns (tested to 1e-5 relative in fp32).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ def sequence_token_stats(
     grad: bool = False,
     loss_mask: Tensor | None = None,
     groups: Tensor | None = None,
+    fused_head: bool = False,
 ) -> TokenStats:
     """Log-prob, entropy and PAPO terms of every token of ``input_ids`` under ``model``.
 
@@ -69,6 +78,9 @@ def sequence_token_stats(
             micro-batch run it once (module docstring). Ignored (the plain path) for models
             whose cache is not a plain full-attention ``DynamicCache`` and under gradient
             checkpointing (which disables the cache).
+        fused_head: the LM head fused with the statistics on the policy rows only (module
+            docstring): columns outside ``loss_mask`` (when given) are then 0 too. Ignored
+            (the materialised path) for models :func:`fused_head_parts` does not accept.
 
     Returns:
         ``TokenStats`` (``logprob``, ``entropy``, ``t1``, ``t2``; ``sensitivity`` derived), each
@@ -92,6 +104,7 @@ def sequence_token_stats(
     param = next(model.parameters())
     dtype = torch.float64 if param.dtype == torch.float64 else torch.float32
     parts: dict[str, list[Tensor]] = {name: [] for name in names}
+    fused = fused_head_parts(model) if fused_head else None
     with torch.set_grad_enabled(grad):
         for start in range(0, batch, step):
             ids = input_ids[start : start + step]
@@ -112,6 +125,17 @@ def sequence_token_stats(
                 if loss_cols.numel():
                     first = max(1, int(loss_cols.min()))
             position_ids = (mask_u.cumsum(dim=-1) - 1).clamp(min=0)
+            if fused is not None:
+                values = _fused_stats(
+                    model, fused, ids_u, mask_u, position_ids,
+                    None if groups is None else groups[start : start + step],
+                    None if loss_mask is None else loss_mask[start : start + step, :used],
+                    temperature=temperature, chunk_size=chunk_size,
+                )  # fmt: skip
+                pad = ids.new_zeros((rows, length - used), dtype=dtype)
+                for name in names:
+                    parts[name].append(torch.cat([values[name].to(dtype), pad], dim=1))
+                continue
             if groups is not None and _prefix_sharing_applies(model):
                 values = _shared_prefix_stats(
                     model, ids_u, mask_u, position_ids, groups[start : start + step], first,
@@ -198,10 +222,7 @@ def _shared_prefix_stats(
         order.append((groups == g).nonzero().flatten())
     for index in order:
         g_ids, g_mask, g_pos = ids[index], mask[index], position_ids[index]
-        same = (g_ids == g_ids[:1]).all(dim=0) & g_mask.bool().all(dim=0)
-        diff = (~same).nonzero()
-        prefix = int(diff.min()) if diff.numel() else used
-        prefix = min(prefix, used - 1)  # at least one tail column per row
+        prefix = _common_prefix(g_ids, g_mask, used)
         keep_from = max(first - 1, 0)  # first logits position needed
         if len(index) < 2 or prefix < 2:  # nothing to share: one plain pass for these rows
             logits = _forward_logits(
@@ -252,6 +273,126 @@ def _shared_prefix_stats(
         full = full.index_copy(0, perm.to(full.device), stacked)
         result[n] = full
     return result
+
+
+#: ``config.model_type`` of the causal LMs whose ``forward`` computes exactly
+#: ``logits = lm_head(base_model(...).last_hidden_state)`` (no scaling, soft-capping or
+#: multiplier between the final norm and the head) in transformers 5.x.
+PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "smollm3", "phi3"})
+
+_SCALED_LOGIT_ATTRS = (
+    "logit_scale", "final_logit_softcapping", "output_multiplier", "lm_head_multiplier",
+    "logits_scaling",
+)  # fmt: skip
+
+
+def fused_head_parts(model: Any) -> tuple[Any, Tensor, Tensor | None] | None:
+    """``(backbone, head_weight, head_bias)`` when ``model``'s logits are exactly
+    ``head_weight @ backbone(...).last_hidden_state + head_bias`` (a transformers causal LM of
+    :data:`PLAIN_HEAD_MODEL_TYPES`, possibly PEFT-wrapped, whose output embedding is a plain
+    ``nn.Linear``: a tied input embedding counts, a LoRA-wrapped head does not), else
+    ``None`` (the caller then takes the materialised path)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(inner, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return None
+    text = config.get_text_config()
+    if getattr(text, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        return None
+    if any(getattr(text, attr, None) not in (None, 1, 1.0) for attr in _SCALED_LOGIT_ATTRS):
+        return None
+    get_head = getattr(inner, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    backbone = getattr(inner, "base_model", None)
+    if type(head) is not torch.nn.Linear or backbone is None or backbone is inner:
+        return None
+    return backbone, head.weight, head.bias
+
+
+def _common_prefix(g_ids: Tensor, g_mask: Tensor, used: int) -> int:
+    """Length of the longest common prefix of a group's rows (identical ids, all real),
+    leaving at least one tail column per row."""
+    same = (g_ids == g_ids[:1]).all(dim=0) & g_mask.bool().all(dim=0)
+    diff = (~same).nonzero()
+    prefix = int(diff.min()) if diff.numel() else used
+    return min(prefix, used - 1)
+
+
+def _backbone_hidden(backbone: Any, ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
+    return backbone(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state
+
+
+def _shared_prefix_hidden(
+    model: Any, backbone: Any, ids: Tensor, mask: Tensor, position_ids: Tensor, groups: Tensor
+) -> Tensor:
+    """The backbone's last hidden states ``[rows, used, d]`` of one micro-batch, each group's
+    common prefix run once and its KV cache expanded to the group (module docstring)."""
+    from transformers import DynamicCache
+
+    indices, hiddens = [], []
+    for g in torch.unique(groups, sorted=False).tolist():
+        index = (groups == g).nonzero().flatten()
+        g_ids, g_mask, g_pos = ids[index], mask[index], position_ids[index]
+        prefix = _common_prefix(g_ids, g_mask, ids.shape[1])
+        if len(index) < 2 or prefix < 2:  # nothing to share: one plain pass for these rows
+            hidden = _backbone_hidden(backbone, g_ids, g_mask, g_pos)
+        else:
+            cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+            head = backbone(
+                input_ids=g_ids[:1, :prefix], attention_mask=g_mask[:1, :prefix],
+                position_ids=g_pos[:1, :prefix], **{CACHE_ARG: cache}, use_cache=True,
+            ).last_hidden_state  # fmt: skip
+            cache.batch_repeat_interleave(len(index))
+            tail = backbone(
+                input_ids=g_ids[:, prefix:], attention_mask=g_mask,
+                position_ids=g_pos[:, prefix:], **{CACHE_ARG: cache}, use_cache=True,
+            ).last_hidden_state  # fmt: skip
+            hidden = torch.cat([head.expand(len(index), -1, -1), tail], dim=1)
+        indices.append(index)
+        hiddens.append(hidden)
+    order = torch.cat(indices).to(ids.device)
+    return torch.cat(hiddens)[torch.argsort(order)]
+
+
+def _fused_stats(
+    model: Any,
+    fused: tuple[Any, Tensor, Tensor | None],
+    ids: Tensor,
+    mask: Tensor,
+    position_ids: Tensor,
+    groups: Tensor | None,
+    loss_mask: Tensor | None,
+    *,
+    temperature: float,
+    chunk_size: int | None,
+) -> dict[str, Tensor]:
+    """Statistics ``[rows, used]`` per name of one micro-batch (``ids`` ``[rows, used]``),
+    from the hidden states of the policy rows only: column ``t`` is computed when tokens
+    ``t-1`` and ``t`` are real and (with ``loss_mask``) ``t`` is in the loss mask, else 0."""
+    from entropace.algos.fused_head import hidden_token_stats
+
+    backbone, weight, bias = fused
+    if groups is not None and _prefix_sharing_applies(model):
+        hidden = _shared_prefix_hidden(model, backbone, ids, mask, position_ids, groups)
+    else:
+        hidden = _backbone_hidden(backbone, ids, mask, position_ids)
+    # position t-1 predicts token t: column t is the state before token t
+    sel = (mask[:, 1:] * mask[:, :-1]).bool()
+    if loss_mask is not None:
+        sel &= loss_mask[:, 1:] != 0
+    stats = hidden_token_stats(
+        hidden[:, :-1][sel].to(weight.dtype), weight, ids[:, 1:][sel], bias=bias,
+        temperature=temperature, chunk_size=chunk_size,
+    )  # fmt: skip
+    rows, used = ids.shape
+    sel = torch.cat([sel.new_zeros(rows, 1), sel], dim=1)
+    out = {}
+    for name in ("logprob", "entropy", "t1", "t2"):
+        value = getattr(stats, name)
+        out[name] = value.new_zeros(rows, used).index_put((sel,), value)
+    return out
 
 
 def _takes_logits_to_keep(model: Any) -> bool:

@@ -149,6 +149,11 @@ class PPOConfig:
     when that is > 1. ``share_prefix``: the trajectories of a group in one micro-batch run
     their common prompt prefix once, in the forward and the backward pass (the same loss and
     gradients up to round-off; :func:`entropace.rollout.sequence_token_stats`).
+    ``fused_head``: the update's forward takes the backbone's hidden states on the policy
+    rows only and fuses the LM head with the log-prob / entropy computation
+    (:func:`entropace.algos.hidden_token_stats`): no ``[b, L, V]`` logits, no LM head on
+    prompt or observation tokens; the same loss and gradients up to round-off. Off: the
+    materialised logits (``logits_to_keep``), the old path.
     """
 
     epochs: int = 2
@@ -156,6 +161,7 @@ class PPOConfig:
     micro_batch_size: int = 4
     shuffle: bool = True
     share_prefix: bool = True
+    fused_head: bool = True
 
 
 @dataclass

@@ -118,6 +118,7 @@ def current_logprobs(
         grad=grad,
         loss_mask=mb.loss_mask,
         groups=mb.group_ids if cfg.ppo.share_prefix else None,
+        fused_head=cfg.ppo.fused_head,
     )
     return stats.logprob, stats.entropy
 
