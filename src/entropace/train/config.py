@@ -184,6 +184,27 @@ class LogConfig:
 
 
 @dataclass
+class AuditConfig:
+    """PAPO's polarity audit during training (ALGORITHMS.md section 4;
+    :mod:`entropace.diagnostics.training_audit`), logged as ``audit/*`` on audited steps.
+
+    Attributes:
+        every: audit every N-th training step (0: off). The audit never changes the run.
+        max_states: response positions sampled per audited step (uniformly, without
+            replacement; all of them when the batch has fewer).
+        mode: ``realised`` (the update's realised entropy change against the predicted
+            polarity, the first-order error, the step size), ``probe`` (from a copy of the
+            policy, one step on each polarity branch's loss; for small models), or ``both``.
+        probe_step: parameter-space norm of each probe step.
+    """
+
+    every: int = 0
+    max_states: int = 256
+    mode: Literal["realised", "probe", "both"] = "realised"
+    probe_step: float = 0.1
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; saved as ``RUN/config.yaml``."""
 
@@ -196,6 +217,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
@@ -295,6 +317,9 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     # the controllers' configs (algorithm.pacer / polarity / bapo) validate themselves on
     # construction; build_dataclass reports their errors under their dotted key.
     check_positive("steps", cfg.steps)
+    check_positive("audit.every", cfg.audit.every, strict=False)
+    check_positive("audit.max_states", cfg.audit.max_states)
+    check_positive("audit.probe_step", cfg.audit.probe_step)
     check_positive("log.checkpoint_every", cfg.log.checkpoint_every, strict=False)
     check_positive("log.keep_last", cfg.log.keep_last)
     if cfg.model.lora:

@@ -35,6 +35,7 @@ import torch
 
 from entropace.algos import get_policy_loss
 from entropace.control import build_clip_rule
+from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import (
     CheckpointError,
@@ -55,7 +56,7 @@ from entropace.train.config import (
 from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.metrics_log import MetricsWriter
-from entropace.train.update import update_step
+from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +300,23 @@ def rollout_requests(prompts: list[Prompt], cfg: TrainConfig) -> list[Any]:
     return out
 
 
+def start_audit(cfg: TrainConfig, model: Any, batch: Any, step: int) -> TrainingAudit | None:
+    """The polarity audit of step ``step`` (``audit.every``; None on other steps), started
+    before the update: samples ``audit.max_states`` states with a generator of its own (from
+    :func:`step_seed`), records the policy at them and runs the probe (``audit.mode``)."""
+    a = cfg.audit
+    if not a.every or step % a.every:
+        return None
+    adv, keep = token_advantages(batch, cfg)
+    return TrainingAudit.start(
+        model, batch.input_ids, batch.attention_mask, batch.loss_mask,
+        adv * keep[:, None], batch.sensitivity, temperature=cfg.rollout.temperature,
+        max_states=a.max_states, generator=torch.Generator().manual_seed(step_seed(cfg, step)),
+        realised=a.mode != "probe", probe_step=a.probe_step if a.mode != "realised" else None,
+        micro_batch_size=cfg.ppo.micro_batch_size,
+    )  # fmt: skip
+
+
 def _progress(cfg: TrainConfig, start: int) -> Any:
     from tqdm.auto import tqdm
 
@@ -438,9 +456,13 @@ def train(
                     task_names=cfg.tasks.names, seed=seed,
                 )  # fmt: skip
                 batch = rollout.batch.to(device)
+                audit = start_audit(cfg, model, batch, step)  # None unless an audited step
                 t_update = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed)
                 metrics = update_step(learner, batch, generator=generator)
+                if audit is not None:
+                    metrics.update(audit.finish(model))
+                    metrics["time/audit"] = audit.seconds
                 now = time.perf_counter()
                 metrics["time/generation"] = float(rollout.timings["generation_s"])
                 metrics["time/stats"] = float(rollout.timings["stats_s"])
