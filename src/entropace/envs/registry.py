@@ -103,16 +103,75 @@ def spec(name: str) -> EnvSpec:
     return known[name]
 
 
-def make(name: str, *, max_turns: int | None = None, **options: Any) -> TurnLimit:
+#: Interfaces :func:`make` builds: the family's own text actions, or JSON-schema tool calls.
+INTERFACES: tuple[str, ...] = ("text", "tools")
+#: Profiles :func:`make` knows (``entropace.envs.agentbench``).
+PROFILES: tuple[str, ...] = ("default", "agentbench")
+#: family -> its :class:`~entropace.envs.tools.ToolSuite` (user families: :func:`register_tools`)
+_TOOL_SUITES: dict[str, Any] = {}
+
+
+def register_tools(name: str, suite: Any) -> None:
+    """Give family ``name`` a tool interface (builtin families have theirs in ``<family>/fc.py``)."""
+    _TOOL_SUITES[name] = suite
+
+
+def tool_suite(name: str) -> Any:
+    """The :class:`~entropace.envs.tools.ToolSuite` of family ``name``; ``KeyError`` if none."""
+    module = f"entropace.envs.{name}.fc"
+    if name not in _TOOL_SUITES and f"entropace.envs.{name}" in _BUILTIN_MODULES:
+        import importlib
+        import importlib.util
+
+        if importlib.util.find_spec(module) is not None:
+            _TOOL_SUITES[name] = importlib.import_module(module).SUITE
+    if name not in _TOOL_SUITES:
+        raise KeyError(f"environment {name!r} has no tool interface (interface='tools')")
+    return _TOOL_SUITES[name]
+
+
+def make(
+    name: str,
+    *,
+    max_turns: int | None = None,
+    interface: str = "text",
+    profile: str = "default",
+    **options: Any,
+) -> TurnLimit:
     """Build a fresh environment of family ``name`` wrapped in :class:`TurnLimit`.
+
+    Args:
+        max_turns: overrides the family's turn limit.
+        interface: ``"text"`` (the family's own action syntax) or ``"tools"`` (JSON-schema
+            tools and parsed tool calls, :mod:`entropace.envs.tools`).
+        profile: ``"default"``, or ``"agentbench"``: AgentBench FC's interface, observation
+            formats, turn limits and output caps for the family
+            (:mod:`entropace.envs.agentbench`); explicit arguments override the profile's.
+        options: the family's options (``entropace envs list``).
 
     Unknown options raise ``TypeError`` naming the family's options.
     """
     s = spec(name)
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {list(PROFILES)}, got {profile!r}")
+    if profile == "agentbench":
+        from entropace.envs.agentbench import profile_settings
+
+        preset = profile_settings(name, options.get("difficulty"))
+        options = {**{k: v for k, v in preset.options.items() if k in s.options}, **options}
+        interface = "tools" if interface == "text" else interface
+        max_turns = preset.max_turns if max_turns is None else max_turns
+    if interface not in INTERFACES:
+        raise ValueError(f"interface must be one of {list(INTERFACES)}, got {interface!r}")
     unknown = sorted(set(options) - set(s.options))
     if unknown:
         raise TypeError(f"{name}: unknown option(s) {unknown}; options: {sorted(s.options)}")
-    return TurnLimit(s.factory(**options), max_turns=max_turns)
+    env = s.factory(**options)
+    if interface == "tools":
+        from entropace.envs.tools import ToolInterface
+
+        env = ToolInterface(env, tool_suite(name))
+    return TurnLimit(env, max_turns=max_turns)
 
 
 def seeds(split: Split, n: int, *, offset: int = 0) -> range:

@@ -33,7 +33,7 @@ import torch
 
 from entropace.envs.base import TurnLimit
 from entropace.rollout.batch import EpisodeRecord, RolloutBatch
-from entropace.rollout.chat import ChatLayout, Message
+from entropace.rollout.chat import ChatLayout, Message, Tools, observation_message
 from entropace.rollout.config import RolloutConfig
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
 from entropace.rollout.kvcache import (
@@ -65,6 +65,7 @@ class _Episode:
     end_reason: str | None = None
     last_stop_text: str | None = None
     kv: PrefixKV | None = None  # keys/values of ids[:kv.length] (fast path only)
+    tools: Tools | None = None  # the env's tool schemas (interface="tools"), rendered each turn
 
     @property
     def done(self) -> bool:
@@ -186,7 +187,9 @@ class _Engine:
                 f"got {type(obs).__name__}"
             )
         system = str(getattr(env, "system_prompt", ""))
-        ids = self.chat.prompt_ids(system, obs)
+        tools = getattr(env, "tools", None)
+        tools = list(tools) if isinstance(tools, list | tuple) and tools else None
+        ids = self.chat.prompt_ids(system, obs, tools=tools)
         episode = _Episode(
             request=request,
             env=env,
@@ -194,6 +197,7 @@ class _Engine:
             ids=ids,
             loss_mask=[0] * len(ids),
             messages=[{"role": "system", "content": system}, {"role": "user", "content": obs}],
+            tools=tools,
         )
         if len(ids) >= self.cfg.max_episode_tokens:
             warnings.warn(
@@ -331,19 +335,20 @@ class _Engine:
             ep.end_reason = "truncated_turns"
         if ep.done:
             return
-        suffix = self.chat.continuation_ids(ep.messages, obs, ep.last_stop_text)
+        message = observation_message(obs, info if ep.tools else None)  # tool result or user
+        suffix = self.chat.continuation_ids(ep.messages, message, ep.last_stop_text, tools=ep.tools)
         if len(ep.ids) + len(suffix) >= self.cfg.max_episode_tokens:
             ep.end_reason = "length"  # no room left to generate after this observation
             return
         ep.ids += suffix
         ep.loss_mask += [0] * len(suffix)
-        ep.messages.append({"role": "user", "content": obs})
+        ep.messages.append(message)
         ep.last_stop_text = None
 
     def finish(self, ep: _Episode) -> None:
         """Close the last assistant turn with the template's tokens (loss mask 0)."""
         if ep.messages[-1]["role"] == "assistant":
-            closing = self.chat.closing_ids(ep.messages, ep.last_stop_text)
+            closing = self.chat.closing_ids(ep.messages, ep.last_stop_text, tools=ep.tools)
             ep.ids += closing
             ep.loss_mask += [0] * len(closing)
 

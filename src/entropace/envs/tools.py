@@ -1,0 +1,543 @@
+"""The tool-calling interface: families publish JSON-schema tools and take parsed tool calls.
+
+``make(name, interface="tools")`` wraps a family's environment in :class:`ToolInterface`
+(inside the usual :class:`~entropace.envs.base.TurnLimit`). The wrapped environment
+
+* publishes :attr:`ToolInterface.tools`: the tools as JSON schemas in the format
+  ``transformers``' ``apply_chat_template(tools=...)`` and OpenAI's API take
+  (``{"type": "function", "function": {"name", "description", "parameters"}}``), with
+  AgentBench FC's names and arguments (``execute_sql(query)``, ``bash_action(script)``, ...);
+* reads each reply's tool calls (:func:`parse_tool_calls`; the formats are below), checks
+  them against the schemas (:func:`validate_arguments`) and applies the call to the family's
+  own dynamics (each family's ``fc.py`` maps a call onto one of its actions);
+* returns the result as a *tool message*: ``info["observation_role"] = "tool"`` with
+  ``info["tool_call_id"]`` and ``info["tool_name"]``; the rollout then renders the observation
+  as ``{"role": "tool", ...}`` (``rollout/chat.py``). A reply without any tool call gets a
+  ``user`` message (AgentBench FC does the same).
+
+Call formats the parser reads (the whole reply, linear time, never raises):
+
+1. Hermes / Qwen (ChatML): any number of ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+   blocks anywhere in the reply (text around them is the model's thinking). This is the
+   generic format: for chat templates without tool support (SmolLM2's) the rollout puts the
+   schemas and this format into the system prompt (``docs/envs/tools.md``).
+2. Mistral: ``[TOOL_CALLS]`` followed by a JSON list of ``{"name", "arguments"}`` objects.
+3. Llama 3.x: a reply that is one JSON object ``{"name": ..., "parameters"|"arguments": {...}}``
+   (optionally after ``<|python_tag|>``).
+
+``arguments`` may be a JSON object or a string holding one (OpenAI's wire format).
+
+Tool errors (the family is not stepped; the observation says what was wrong and the step
+counts as a parse error, ``info["parse_error"] = True``, with ``info["tool_error"]`` naming the
+kind): ``too_long`` (reply over :data:`~entropace.envs.base.MAX_ACTION_CHARS`), ``no_call``,
+``bad_json``, ``unknown_tool``, ``bad_arguments`` (missing / extra / mistyped arguments, or an
+argument the family cannot take), ``several_calls`` (more than ``max_calls`` calls in one reply).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from entropace.envs.base import EnvError, StepResult, action_too_long
+
+__all__ = [
+    "TOOL_ERRORS",
+    "ParsedReply",
+    "ToolArgumentError",
+    "ToolCall",
+    "ToolInterface",
+    "ToolSpec",
+    "ToolSuite",
+    "format_tool_call",
+    "parse_tool_calls",
+    "tool_oracle",
+    "validate_arguments",
+]
+
+#: The kinds of tool error reported in ``info["tool_error"]``.
+TOOL_ERRORS: tuple[str, ...] = (
+    "too_long",
+    "no_call",
+    "bad_json",
+    "unknown_tool",
+    "bad_arguments",
+    "several_calls",
+)
+
+#: Deepest JSON nesting accepted in a call (deeper is ``bad_json``; keeps ``json`` away from
+#: its recursion limit).
+MAX_JSON_DEPTH = 32
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_MISTRAL = "[TOOL_CALLS]"
+_PYTHON_TAG = "<|python_tag|>"
+
+
+class ToolArgumentError(ValueError):
+    """Raised by a tool's ``run`` when arguments that match the schema still cannot be applied
+    (e.g. a newline inside a kg entity name); it becomes a ``bad_arguments`` tool error."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed call: the tool's ``name`` and its ``arguments`` (a JSON object)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """What :func:`parse_tool_calls` found: ``content`` is the reply without the call blocks,
+    ``calls`` the well-formed calls in order, ``errors`` one message per malformed call."""
+
+    content: str
+    calls: tuple[ToolCall, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool of a family.
+
+    Attributes:
+        name: the function name (AgentBench FC's where it has one).
+        description: one sentence for the schema.
+        parameters: JSON schema of the arguments (``type: object`` with ``properties``,
+            ``required`` and ``additionalProperties: false``); supported property types:
+            ``string``, ``integer``, ``number``, ``boolean``, ``array`` (with ``items``) and
+            ``object``.
+        run: ``run(env, arguments) -> StepResult``: applies a validated call to the family's
+            (unwrapped) environment, usually ``env.step(<the family's text action>)``; raises
+            :class:`ToolArgumentError` for arguments the family cannot take.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[Any, dict[str, Any]], StepResult]
+
+    def schema(self) -> dict[str, Any]:
+        """The tool in the ``apply_chat_template(tools=...)`` / OpenAI format."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolSuite:
+    """A family's tool interface (defined in the family's ``fc.py``).
+
+    Attributes:
+        tools: the tools, in the order they are shown.
+        system_prompt: ``system_prompt(env) -> str``, the task instructions for the tools
+            interface (no text action syntax; the schemas reach the model through the chat
+            template or the generic tools section).
+        to_call: ``to_call(text_action) -> ToolCall | str``: the call equivalent to one of the
+            family's text actions, or a plain text reply (e.g. kg's ``Final Answer: #3``);
+            used to run the family's text oracle through the tools interface.
+        no_call: ``no_call(env, reply) -> StepResult | None``: what a reply without any tool
+            call does (``None``: the ``no_call`` tool error); kg ends an episode on the text
+            ``Final Answer: #N`` as AgentBench FC does.
+        max_calls: calls allowed in one reply (1: one action per turn, as the families and
+            AgentBench FC's os / household / shop tasks take them).
+    """
+
+    tools: tuple[ToolSpec, ...]
+    system_prompt: Callable[[Any], str]
+    to_call: Callable[[str], ToolCall | str]
+    no_call: Callable[[Any, str], StepResult | None] = field(default=lambda env, reply: None)
+    max_calls: int = 1
+
+    def by_name(self) -> dict[str, ToolSpec]:
+        return {t.name: t for t in self.tools}
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def _depth_ok(text: str) -> bool:
+    """Whether the bracket nesting of ``text`` (outside JSON strings) stays <= MAX_JSON_DEPTH."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _loads(text: str) -> tuple[Any, str | None]:
+    """``(value, None)`` or ``(None, error)``; never raises."""
+    if not _depth_ok(text):
+        return None, f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({str(exc)[:80]})"
+
+
+def _call_from(obj: Any, index: int) -> ToolCall | str:
+    """A :class:`ToolCall` from a decoded JSON value, or an error message."""
+    if not isinstance(obj, dict):
+        return f"tool call {index + 1} is not a JSON object with 'name' and 'arguments'"
+    if isinstance(obj.get("function"), dict):  # OpenAI's {"type": "function", "function": {...}}
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return f"tool call {index + 1} has no 'name' string"
+    extra = sorted(set(obj) - {"name", "arguments", "parameters", "id", "type"})
+    if extra:
+        return f"tool call {index + 1} ({_short(name)}) has unknown field(s) {extra}"
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # OpenAI's wire format: the arguments as a JSON string
+        args, error = _loads(args) if args.strip() else ({}, None)
+        if error is not None:
+            return f"the arguments of tool call {index + 1} ({_short(name)}) are {error}"
+    if not isinstance(args, dict):
+        return f"the arguments of tool call {index + 1} ({_short(name)}) are not a JSON object"
+    call_id = obj.get("id")
+    return ToolCall(name, args, call_id if isinstance(call_id, str) else "")
+
+
+def _short(text: str, n: int = 40) -> str:
+    text = text.replace("\n", " ")
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _hermes_blocks(text: str) -> tuple[list[str], str, bool]:
+    """The bodies of ``<tool_call>...</tool_call>`` blocks, the text outside them, and whether
+    any block was found. A last block left open (the reply was cut) runs to the end."""
+    bodies: list[str] = []
+    outside: list[str] = []
+    pos = 0
+    found = False
+    while True:
+        start = text.find(_OPEN, pos)
+        if start < 0:
+            outside.append(text[pos:])
+            break
+        found = True
+        outside.append(text[pos:start])
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:
+            bodies.append(text[start + len(_OPEN) :])
+            break
+        bodies.append(text[start + len(_OPEN) : end])
+        pos = end + len(_CLOSE)
+    return bodies, "".join(outside), found
+
+
+def _strip_fence(body: str) -> str:
+    body = body.strip()
+    if body.startswith("```"):
+        first_newline = body.find("\n")
+        body = body[first_newline + 1 :] if first_newline >= 0 else ""
+        if body.rstrip().endswith("```"):
+            body = body.rstrip()[:-3]
+    return body.strip()
+
+
+def parse_tool_calls(text: str) -> ParsedReply:
+    """The tool calls in one reply (formats in the module docstring); never raises.
+
+    Linear in ``len(text)``: one scan for the call tags, one JSON decode per call (the
+    environment refuses replies over :data:`~entropace.envs.base.MAX_ACTION_CHARS` before
+    calling this).
+    """
+    if not isinstance(text, str):
+        return ParsedReply("", (), ("the reply is not text",))
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    bodies, outside, found = _hermes_blocks(text)
+    if found:
+        for i, body in enumerate(bodies):
+            value, error = _loads(_strip_fence(body))
+            item = _call_from(value, i) if error is None else f"tool call {i + 1} is {error}"
+            (calls if isinstance(item, ToolCall) else errors).append(item)  # type: ignore[arg-type]
+        return ParsedReply(outside.strip(), tuple(calls), tuple(errors))
+    at = text.find(_MISTRAL)
+    if at >= 0:
+        value, error = _loads(text[at + len(_MISTRAL) :].strip())
+        if error is not None:
+            return ParsedReply(text[:at].strip(), (), (f"the [TOOL_CALLS] list is {error}",))
+        items = value if isinstance(value, list) else [value]
+        for i, obj in enumerate(items):
+            item = _call_from(obj, i)
+            (calls if isinstance(item, ToolCall) else errors).append(item)  # type: ignore[arg-type]
+        return ParsedReply(text[:at].strip(), tuple(calls), tuple(errors))
+    bare = text.strip()
+    if bare.startswith(_PYTHON_TAG):
+        bare = bare[len(_PYTHON_TAG) :].strip()
+    if bare.startswith("{") and bare.endswith("}"):
+        value, error = _loads(bare)
+        if error is None and isinstance(value, dict) and "name" in value:
+            item = _call_from(value, 0)
+            if isinstance(item, ToolCall):
+                return ParsedReply("", (item,), ())
+            return ParsedReply("", (), (item,))
+    return ParsedReply(text.strip(), (), ())
+
+
+def format_tool_call(call: ToolCall) -> str:
+    """The generic (Hermes) text of ``call``: ``<tool_call>\\n{json}\\n</tool_call>``."""
+    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"{_OPEN}\n{body}\n{_CLOSE}"
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _check_value(value: Any, schema: dict[str, Any], where: str) -> str | None:
+    kind = schema.get("type")
+    if kind is not None and not _TYPES[kind](value):
+        return f"{where} must be a JSON {kind}, got {type(value).__name__}"
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = _check_value(item, schema["items"], f"{where}[{i}]")
+            if problem is not None:
+                return problem
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where} must be one of {schema['enum']}"
+    return None
+
+
+def validate_arguments(arguments: dict[str, Any], parameters: dict[str, Any]) -> str | None:
+    """``None`` when ``arguments`` satisfy the JSON schema ``parameters``, else what is wrong:
+    a missing required argument, an argument not in ``properties`` (when
+    ``additionalProperties`` is false), or a value of the wrong type."""
+    props: dict[str, Any] = parameters.get("properties", {})
+    missing = [k for k in parameters.get("required", []) if k not in arguments]
+    if missing:
+        return f"missing required argument(s) {missing}"
+    if parameters.get("additionalProperties", True) is False:
+        extra = sorted(set(arguments) - set(props))
+        if extra:
+            return f"unknown argument(s) {[_short(k, 30) for k in extra]}; arguments: {list(props)}"
+    for key, value in arguments.items():
+        if key in props:
+            problem = _check_value(value, props[key], f"argument {key!r}")
+            if problem is not None:
+                return problem
+    return None
+
+
+def string_parameters(**described: str) -> dict[str, Any]:
+    """The schema of a tool whose arguments are all required strings (AgentBench FC's tools)."""
+    return {
+        "type": "object",
+        "properties": {k: {"type": "string", "description": d} for k, d in described.items()},
+        "required": list(described),
+        "additionalProperties": False,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The wrapper
+# --------------------------------------------------------------------------------------------
+
+
+class ToolInterface:
+    """A family environment seen through its tools (see the module docstring).
+
+    Args:
+        env: the family's (unwrapped) environment.
+        suite: the family's :class:`ToolSuite` (from its ``fc.py``).
+
+    Attributes ``name`` and ``max_turns`` are the family's; ``system_prompt`` is the suite's;
+    every other attribute is delegated to ``env`` (so oracles and tests reach its state).
+    """
+
+    def __init__(self, env: Any, suite: ToolSuite) -> None:
+        self.env = env
+        self.suite = suite
+        self._by_name = suite.by_name()
+        self.turn = 0
+        self.calls_made = 0
+
+    @property
+    def name(self) -> str:
+        return str(self.env.name)
+
+    @property
+    def max_turns(self) -> int:
+        return int(self.env.max_turns)
+
+    @property
+    def system_prompt(self) -> str:
+        return self.suite.system_prompt(self.env)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The JSON schemas (``apply_chat_template(tools=...)`` format), a fresh list."""
+        return [json.loads(json.dumps(t.schema())) for t in self.suite.tools]
+
+    def __getattr__(self, item: str) -> Any:
+        if item in ("env", "suite", "_by_name"):
+            raise AttributeError(item)
+        return getattr(self.env, item)
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        obs, info = self.env.reset(seed)
+        self.turn = 0
+        info["interface"] = "tools"
+        return obs, info
+
+    def _error(self, kind: str, message: str, *, call_id: str = "", name: str = "") -> StepResult:
+        info: dict[str, Any] = {
+            "success": False,
+            "parse_error": True,
+            "tool_error": kind,
+            "observation_role": "tool" if call_id else "user",
+        }
+        if call_id:
+            info.update(tool_call_id=call_id, tool_name=name)
+        return message, 0.0, False, False, info
+
+    def _names(self) -> str:
+        return ", ".join(t.name for t in self.suite.tools)
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        too_long = action_too_long(action) if isinstance(action, str) else "not text"
+        if too_long is not None:
+            return self._error("too_long", too_long)
+        parsed = parse_tool_calls(action)
+        if not parsed.calls and not parsed.errors:
+            result = self.suite.no_call(self.env, action)
+            if result is not None:
+                obs, reward, terminated, truncated, info = result
+                info.setdefault("observation_role", "user")
+                return obs, reward, terminated, truncated, info
+            return self._error(
+                "no_call",
+                f"No tool call found in your reply. Call exactly one of the tools "
+                f"({self._names()}): "
+                '<tool_call>{"name": <tool name>, "arguments": {<argument>: <value>}}</tool_call>',
+            )
+        n_calls = len(parsed.calls) + len(parsed.errors)
+        call_id = f"call_{self.turn}"
+        if parsed.errors:
+            return self._error(
+                "bad_json",
+                f"Your tool call could not be read: {parsed.errors[0]}. Write it as "
+                '{"name": <tool name>, "arguments": {...}} in valid JSON.',
+                call_id=call_id,
+            )
+        if n_calls > self.suite.max_calls:
+            return self._error(
+                "several_calls",
+                f"Your reply has {n_calls} tool calls; call at most {self.suite.max_calls} "
+                "tool per turn. None of them was run.",
+                call_id=call_id,
+            )
+        call = parsed.calls[0]
+        call_id = call.id or call_id
+        spec = self._by_name.get(call.name)
+        if spec is None:
+            return self._error(
+                "unknown_tool",
+                f"There is no tool {_short(call.name)}. Tools: {self._names()}.",
+                call_id=call_id,
+                name=call.name[:60],
+            )
+        problem = validate_arguments(call.arguments, spec.parameters)
+        if problem is None:
+            try:
+                obs, reward, terminated, truncated, info = spec.run(self.env, call.arguments)
+            except ToolArgumentError as exc:
+                problem = str(exc)
+        if problem is not None:
+            return self._error(
+                "bad_arguments",
+                f"Bad arguments for {spec.name}: {problem}.",
+                call_id=call_id,
+                name=spec.name,
+            )
+        info = dict(info)
+        info.update(observation_role="tool", tool_call_id=call_id, tool_name=spec.name)
+        info.setdefault("tool_error", None)
+        self.calls_made += 1
+        return obs, reward, terminated, truncated, info
+
+
+def tool_oracle(oracle: Callable[[Any], Callable[[str], str]]) -> Callable[[Any], Any]:
+    """The family's text oracle run through the tools interface: each text action becomes the
+    equivalent tool call (``suite.to_call``), written in the generic Hermes format."""
+
+    def build(env: Any) -> Callable[[str], str]:
+        policy = oracle(env)
+        suite = _suite_of(env)
+
+        def act(observation: str) -> str:
+            call = suite.to_call(policy(observation))
+            return call if isinstance(call, str) else format_tool_call(call)
+
+        return act
+
+    return build
+
+
+def _suite_of(env: Any) -> ToolSuite:
+    seen: Sequence[Any] = ()
+    while not isinstance(env, ToolInterface):
+        inner = getattr(env, "__dict__", {}).get("env")
+        if inner is None or env in seen:
+            raise EnvError("tool_oracle needs an environment built with interface='tools'")
+        seen = (*seen, env)
+        env = inner
+    return env.suite
+
+
+def text_step(render: Callable[[dict[str, Any]], str]) -> Callable[[Any, dict[str, Any]], Any]:
+    """A tool ``run`` that steps the family with the text action ``render(arguments)``."""
+
+    def run(env: Any, arguments: dict[str, Any]) -> StepResult:
+        return env.step(render(arguments))
+
+    return run
+
+
+_NEWLINE = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x1c\x1d\x1e\x85]")
+
+
+def one_line(value: str, what: str) -> str:
+    """``value`` if it has no line break (the family reads one line), else ToolArgumentError."""
+    if _NEWLINE.search(value):
+        raise ToolArgumentError(f"{what} must be on one line")
+    return value

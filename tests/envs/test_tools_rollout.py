@@ -1,0 +1,184 @@
+"""The rollout with tool-calling environments: rendering, tool messages, the loss mask.
+
+A scripted "model" (``generate_turn`` replaced) replies with each family's oracle tool calls, so
+the trajectories are known exactly; the statistics pass still runs the tiny model. Two
+templates: the tiny tokenizer's ChatML (no tool support: the generic Hermes format) and a
+Qwen-style template that renders ``tools=`` and ``tool`` messages (built locally).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from entropace.envs import make, spec
+from entropace.envs.tools import tool_oracle
+from entropace.rollout import RolloutConfig, collect_rollouts
+from entropace.rollout import engine as engine_module
+from entropace.rollout.chat import ChatLayout, generic_tools_section
+from entropace.rollout.types import RolloutRequest
+
+pytest.importorskip("transformers")
+
+#: A Qwen2.5-style template (tools in the system turn, results as <tool_response> user turns).
+QWEN_STYLE_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+    "'\\n\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}"
+    "{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages[1:] %}"
+    "{%- if message.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0].role != 'tool' %}"
+    "{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 2].role != 'tool' %}{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+#: A template that accepts only system/user/assistant turns (and ignores tools=).
+STRICT_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role not in ['system', 'user', 'assistant'] %}"
+    "{{- raise_exception('bad role') }}{%- endif %}"
+    "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class ScriptedReplies:
+    """Replaces ``generate_turn``: episode ``i`` replies with its tools oracle's next call."""
+
+    def __init__(self, envs: list[Any], tokenizer: Any) -> None:
+        self.envs = envs
+        self.tokenizer = tokenizer
+        self.policies = [tool_oracle(spec(env.name).oracle)(env) for env in envs]
+        self.replies: list[list[str]] = [[] for _ in envs]
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def __call__(self, model: Any, prompts: list[list[int]], **kwargs: Any) -> list[list[int]]:
+        live = [i for i, env in enumerate(self.envs) if not env.done]
+        assert len(live) == len(prompts)
+        out = []
+        for i in live:
+            reply = self.policies[i]("")
+            self.replies[i].append(reply)
+            out.append(self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.eos])
+        return out
+
+
+def _run(model: Any, tok: Any, monkeypatch: pytest.MonkeyPatch, names: list[str]) -> Any:
+    envs = [make(name, interface="tools", difficulty="medium") for name in names]
+    for env, seed in zip(envs, range(len(envs))):
+        env.reset(seed)  # the scripted policies read the instance; the engine resets again
+    script = ScriptedReplies(envs, tok)
+    monkeypatch.setattr(engine_module, "generate_turn", script)
+    requests = [RolloutRequest(e.name, e, seed, seed) for seed, e in enumerate(envs)]
+    cfg = RolloutConfig(
+        max_new_tokens_per_turn=2000,
+        max_episode_tokens=60_000,
+        share_prefix=False,
+        reuse_kv=False,
+    )
+    return collect_rollouts(model, tok, requests, cfg, seed=0), script, envs
+
+
+@pytest.mark.parametrize("template", ["chatml", "qwen"])
+def test_tool_episodes_render_tool_turns_and_mask_exactly_the_replies(
+    tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, template: str
+) -> None:
+    model, tok = tiny_model_and_tokenizer
+    if template == "qwen":
+        tok.chat_template = QWEN_STYLE_TEMPLATE
+    result, script, envs = _run(model, tok, monkeypatch, ["kg", "db", "shop"])
+    batch = result.batch
+    assert batch.success.tolist() == [True, True, True]
+    assert batch.abnormal.tolist() == [False, False, False]
+    for i, record in enumerate(batch.episodes):
+        length = int(batch.attention_mask[i].sum())
+        ids = batch.input_ids[i, :length].tolist()
+        mask = batch.loss_mask[i, :length].tolist()
+        # The masked tokens are exactly the scripted replies, each closed by <|im_end|>.
+        policy = [t for t, m in zip(ids, mask) if m]
+        assert tok.decode(policy) == "".join(r + "<|im_end|>" for r in script.replies[i])
+        # The whole trajectory is the hand-written rendering of the conversation.
+        tools = envs[i].tools
+        roles = [m["role"] for m in record.messages]
+        assert roles[:2] == ["system", "user"]
+        # tool results (kg's final answer is plain text, then the episode ends)
+        assert set(roles[2:]) <= {"assistant", "tool"} and "tool" in roles
+        text = tok.decode(ids)
+        if template == "chatml":
+            system = f"{record.messages[0]['content']}\n\n{generic_tools_section(tools)}"
+            expected = f"<|im_start|>system\n{system}<|im_end|>\n"
+        else:
+            lines = "".join("\n" + json.dumps(t) for t in tools)
+            expected = (
+                f"<|im_start|>system\n{record.messages[0]['content']}\n\n# Tools\n<tools>"
+                f"{lines}\n</tools><|im_end|>\n"
+            )
+        for m in record.messages[1:]:
+            if m["role"] == "assistant":  # the header came with the previous turn
+                expected += f"{m['content']}<|im_end|>\n"
+                continue
+            if m["role"] == "tool":
+                role = "tool" if template == "chatml" else "user"
+                body = f"<tool_response>\n{m['content']}\n</tool_response>"
+                expected += f"<|im_start|>{role}\n{body}<|im_end|>\n"
+            else:
+                expected += f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
+            expected += "<|im_start|>assistant\n"
+        assert text == expected
+
+
+def test_tool_messages_carry_the_call_id_and_name(
+    tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = tiny_model_and_tokenizer
+    result, _script, _envs = _run(model, tok, monkeypatch, ["db"])
+    tool_turns = [m for m in result.batch.episodes[0].messages if m["role"] == "tool"]
+    assert tool_turns and tool_turns[0]["name"] == "execute_sql"
+    assert tool_turns[0]["tool_call_id"] == "call_1"
+
+
+def test_template_probe(tiny_tokenizer: Any) -> None:
+    layout = ChatLayout(tiny_tokenizer)
+    how = layout.tool_rendering()
+    assert (how.native, how.result_role) == (False, "tool")
+    tiny_tokenizer.chat_template = QWEN_STYLE_TEMPLATE
+    how = ChatLayout(tiny_tokenizer).tool_rendering()
+    assert (how.native, how.result_role) == (True, "tool")
+    tiny_tokenizer.chat_template = STRICT_TEMPLATE
+    strict = ChatLayout(tiny_tokenizer)
+    assert (strict.tool_rendering().native, strict.tool_rendering().result_role) == (False, "user")
+    # results go into user turns, wrapped, and the schemas into the system prompt
+    tools = make("household", interface="tools").tools
+    text = strict.render(
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"},
+            {"role": "tool", "content": "R", "tool_call_id": "call_1", "name": "take_action"},
+        ],
+        add_generation_prompt=True,
+        tools=tools,
+    )
+    assert text == (
+        f"<|im_start|>system\nS\n\n{generic_tools_section(tools)}<|im_end|>\n"
+        "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nR\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_text_interface_rendering_is_unchanged(tiny_tokenizer: Any) -> None:
+    layout = ChatLayout(tiny_tokenizer)
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert layout.render(msgs, add_generation_prompt=True) == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert layout._tool_rendering is None  # text episodes never probe the template
