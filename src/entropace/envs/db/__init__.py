@@ -1,12 +1,15 @@
-"""``db``: answer questions about real SQLite sample databases with read-only SQL queries.
+"""``db``: answer questions about, or change, real SQLite sample databases with SQL.
 
-See :mod:`entropace.envs.db.env` for the episode, :mod:`entropace.envs.db.templates` for the
-questions and :mod:`entropace.envs.db.sandbox` for the query sandbox.
+See :mod:`entropace.envs.db.env` for the episode, :mod:`entropace.envs.db.templates` and
+:mod:`entropace.envs.db.write_templates` for the tasks, :mod:`entropace.envs.db.sandbox` for
+the query sandbox and :mod:`entropace.envs.db.private` for the per-episode private copy that
+write tasks run on.
 """
 
 from entropace.envs.db.actions import answer_matches, parse_action
 from entropace.envs.db.build import SOURCES, database_path
 from entropace.envs.db.env import DbEnv, db_oracle, make_db_env
+from entropace.envs.db.private import PrivateDb
 from entropace.envs.db.questions import Instance, generate
 from entropace.envs.db.sandbox import connect_readonly, run_query
 from entropace.envs.registry import EnvSpec, register
@@ -17,13 +20,16 @@ SPEC = register(
         factory=make_db_env,
         oracle=db_oracle,
         description="Text-to-SQL: answer questions about real SQLite databases (Chinook music "
-        "store, NYC flights 2013) by running read-only SELECT queries.",
+        "store, NYC flights 2013) by running read-only SELECT queries, or (kinds option) "
+        "change them with INSERT/UPDATE/DELETE on a private copy, scored by the final tables.",
         options={
             "difficulty": "easy (one table) | medium (joins, aggregates, top-k) | hard (nested "
             "subqueries, HAVING); default easy",
             "database": f"any | {' | '.join(sorted(SOURCES))}; default any (each seed picks one)",
             "timeout_s": "wall-clock limit of one query in seconds; default 1.0",
             "max_rows": "rows of a query result shown to the agent; default 20",
+            "kinds": "task kinds: comma-separated subset of select, insert, update, delete, or "
+            "all; default select (read-only questions, as before)",
         },
         data_source="; ".join(s.data_source for s in SOURCES.values()),
         license="; ".join(f"{s.name}: {s.license}" for s in SOURCES.values()),
@@ -35,6 +41,7 @@ __all__ = [
     "SOURCES",
     "SPEC",
     "DbEnv",
+    "PrivateDb",
     "Instance",
     "answer_matches",
     "connect_readonly",

@@ -1,17 +1,25 @@
 """Generate ``db`` instances (question + gold SQL + gold result) deterministically from a seed.
 
-``generate(seed, difficulty, databases)``:
+``generate(seed, difficulty, databases, kinds)``:
 
 1. ``rng = random.Random(f"db/{difficulty}/{seed}/{attempt}")`` for ``attempt = 0, 1, ...``;
-2. pick a database, a template of that difficulty, and its parameters from the pools;
-3. run the gold SQL on a trusted read-only connection; keep the instance only when the gold
-   result is a usable answer (1 to :data:`MAX_ANSWER_VALUES` values, no NULL, no duplicates
-   for ``set`` answers, no tie in the top ``k + 1`` sort keys for ``top`` answers); otherwise
-   try the next attempt (so the same seed always gives the same instance).
+2. pick a database; then a kind among ``kinds`` that has templates for that database and
+   difficulty (no draw when only one kind is possible, so ``kinds=("select",)`` gives exactly
+   the instances of the read-only family); then a template of that kind and its parameters;
+3. ``select``: run the gold SQL on a trusted read-only connection; keep the instance only when
+   the gold result is a usable answer (1 to :data:`MAX_ANSWER_VALUES` values, no NULL, no
+   duplicates for ``set`` answers, no tie in the top ``k + 1`` sort keys for ``top`` answers);
+4. ``insert`` / ``update`` / ``delete``: run the gold statements, in order, on a private copy
+   (:class:`entropace.envs.db.private.PrivateDb`, through the same sandbox the agent uses);
+   keep the instance only when every statement succeeds and changes at least one row, the
+   statements change at most :data:`MAX_GOLD_CHANGES` rows in all, and the final state of the
+   touched tables differs from the original; the gold is that final state (its diff);
+5. otherwise try the next attempt (so the same seed always gives the same instance).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sqlite3
@@ -23,11 +31,18 @@ from pathlib import Path
 
 from entropace.envs.db.build import database_path
 from entropace.envs.db.templates import Template, templates_for
+from entropace.envs.db.write_templates import WriteTemplate, write_templates_for
 
 #: Longest gold answer (number of values) an instance may have.
 MAX_ANSWER_VALUES = 10
 #: Attempts before giving up on a seed (never reached with the shipped templates).
 MAX_ATTEMPTS = 200
+#: Most rows the gold statements of a write instance may change in all.
+MAX_GOLD_CHANGES = 5000
+#: Task kinds, in the canonical order of the ``kinds`` option.
+KINDS: tuple[str, ...] = ("select", "insert", "update", "delete")
+#: Wall-clock limit of one gold statement while generating an instance (seconds).
+GOLD_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,14 @@ class Instance:
         gold: the gold answer values (first result column).
         ordered: whether the answer is an ordered list.
         decimals: numbers are to be rounded to this many decimals (None: exact, tol 1e-4).
+        kind: ``select`` (answer a question) or ``insert`` / ``update`` / ``delete`` (change
+            the database; scored by the final state of ``tables``).
+        tables: write tasks: the tables the gold statements change, the only ones the agent
+            may write; ``()`` for ``select``.
+        statements: write tasks: the gold statements, in order (``sql`` joins them with
+            ``";\n"``); ``()`` for ``select``.
+        gold_diff: write tasks: the net change the gold statements make to ``tables``
+            (:data:`entropace.envs.db.private.StateDiff`); ``()`` for ``select``.
     """
 
     database: str
@@ -51,6 +74,10 @@ class Instance:
     gold: tuple[object, ...]
     ordered: bool
     decimals: int | None
+    kind: str = "select"
+    tables: tuple[str, ...] = ()
+    statements: tuple[str, ...] = ()
+    gold_diff: tuple = ()
 
 
 #: Serialises use of the shared trusted connections (environments may live in threads).
@@ -119,10 +146,13 @@ def _usable(t: Template, rows: Sequence[tuple], k: int) -> bool:
     return len(values) <= MAX_ANSWER_VALUES and len(set(values)) == len(values)
 
 
-def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
+def _bind(
+    database: str, params: dict[str, str | tuple], rng: random.Random
+) -> tuple[dict[str, object], dict[str, str]] | None:
+    """Draw the parameters of a template: (text arguments, SQL-literal arguments), or None."""
     text_args: dict[str, object] = {}
     sql_args: dict[str, str] = {}
-    for names, pool_spec in t.params.items():
+    for names, pool_spec in params.items():
         pool = _pool(database, pool_spec) if isinstance(pool_spec, str) else pool_spec
         if not pool:
             return None
@@ -131,6 +161,14 @@ def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
         for name, value in zip(names.split(","), values):
             text_args[name] = value
             sql_args[name] = sql_literal(value)
+    return text_args, sql_args
+
+
+def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
+    bound = _bind(database, t.params, rng)
+    if bound is None:
+        return None
+    text_args, sql_args = bound
     k = rng.choice(t.ks) if t.kind == "top" else 1
     probe_sql = t.sql.format(**sql_args, k=k + 1)
     with _LOCK:
@@ -150,16 +188,103 @@ def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
     )
 
 
-def generate(seed: int, difficulty: str, databases: Sequence[str]) -> Instance:
-    """The instance of ``seed`` at ``difficulty`` over ``databases`` (deterministic)."""
+def _try_write(database: str, t: WriteTemplate, rng: random.Random) -> Instance | None:
+    bound = _bind(database, t.params, rng)
+    if bound is None:
+        return None
+    text_args, sql_args = bound
+    statements = tuple(s.format(**sql_args) for s in t.statements)
+    diff = gold_diff(database, statements, t.tables)
+    if not diff:
+        return None
+    return Instance(
+        database=database,
+        template=t.name,
+        question=t.question.format(**text_args),
+        sql=";\n".join(statements),
+        gold=(),
+        ordered=False,
+        decimals=None,
+        kind=t.kind,
+        tables=tuple(sorted(t.tables)),
+        statements=statements,
+        gold_diff=diff,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
+    """The net change of ``statements`` run in order on a fresh private copy of ``database``.
+
+    ``()`` when the instance is unusable: a statement fails or changes no row, more than
+    :data:`MAX_GOLD_CHANGES` rows change, or the final state equals the original.
+    """
+    from entropace.envs.db.private import PrivateDb
+
+    db = PrivateDb(database, tables)
+    try:
+        total = 0
+        for stmt in statements:
+            res = db.execute(stmt, max_rows=1, timeout_s=GOLD_TIMEOUT_S)
+            if res.error is not None or res.rows_changed < 1:
+                return ()
+            total += res.rows_changed
+        if total > MAX_GOLD_CHANGES:
+            return ()
+        return db.diff()
+    finally:
+        db.close()
+
+
+def parse_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
+    """The ``kinds`` option as a tuple in canonical order (``"all"``: every kind).
+
+    Accepts ``"select,insert"`` (comma-separated, any order, spaces ignored), ``"all"`` or a
+    sequence of names; raises ``ValueError`` naming the allowed values otherwise.
+    """
+    items = kinds.split(",") if isinstance(kinds, str) else list(kinds)
+    names = {str(k).strip().lower() for k in items if str(k).strip()}
+    if names == {"all"}:
+        return KINDS
+    bad = sorted(names - set(KINDS))
+    if bad or not names:
+        raise ValueError(
+            f"kinds must be 'all' or a comma-separated subset of {list(KINDS)}, got {kinds!r}"
+        )
+    return tuple(k for k in KINDS if k in names)
+
+
+def _templates_of(database: str, difficulty: str, kind: str) -> tuple:
+    if kind == "select":
+        return templates_for(database, difficulty)
+    return write_templates_for(database, difficulty, kind)
+
+
+def generate(
+    seed: int,
+    difficulty: str,
+    databases: Sequence[str],
+    kinds: Sequence[str] = ("select",),
+) -> Instance:
+    """The instance of ``seed`` at ``difficulty`` over ``databases`` (deterministic).
+
+    ``kinds``: the task kinds to draw from (see :func:`parse_kinds`); the default gives the
+    read-only instances exactly as before write tasks existed.
+    """
     dbs = sorted(databases)
+    wanted = parse_kinds(kinds)
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(f"db/{difficulty}/{seed}/{attempt}")
         database = rng.choice(dbs)
-        templates = templates_for(database, difficulty)
-        if not templates:
-            raise ValueError(f"no {difficulty} templates for database {database!r}")
-        inst = _try(database, rng.choice(templates), rng)
+        avail = [k for k in wanted if _templates_of(database, difficulty, k)]
+        if not avail:
+            raise ValueError(f"no {difficulty} templates of kinds {wanted} for {database!r}")
+        kind = avail[0] if len(avail) == 1 else rng.choice(avail)
+        templates = _templates_of(database, difficulty, kind)
+        if kind == "select":
+            inst = _try(database, rng.choice(templates), rng)
+        else:
+            inst = _try_write(database, rng.choice(templates), rng)
         if inst is not None:
             return inst
     raise RuntimeError(f"db: no usable instance for seed {seed} after {MAX_ATTEMPTS} attempts")

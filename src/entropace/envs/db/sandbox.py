@@ -128,9 +128,20 @@ def code_only(sql: str) -> str:
     return "".join(out)
 
 
-def check_statement(sql: str) -> str | None:
-    """Why ``sql`` (already stripped) is not a single read-only statement, or None if it is."""
+#: First words of a read-only statement.
+READ_FIRST_WORDS: tuple[str, ...] = ("SELECT", "WITH", "VALUES")
+
+
+def check_statement(sql: str, first_words: tuple[str, ...] = READ_FIRST_WORDS) -> str | None:
+    """Why ``sql`` (already stripped) is not one allowed statement, or None if it is.
+
+    ``first_words``: the keywords the statement may start with (default: read-only
+    statements; write tasks also allow INSERT / UPDATE / DELETE / REPLACE).
+    """
+    read_only = first_words == READ_FIRST_WORDS
     if not sql:
+        if not read_only:
+            return "empty query: write one SQL statement after 'SQL:'"
         return "empty query: write one SELECT statement after 'SQL:'"
     if "\x00" in sql:
         return "the query contains a NUL character"
@@ -139,13 +150,20 @@ def check_statement(sql: str) -> str | None:
     body = code_only(sql)
     m = _FIRST_WORD.match(body)
     first = m.group(1).upper() if m else ""
-    if first not in ("SELECT", "WITH", "VALUES"):
+    if first not in first_words:
         shown = first or body.strip()[:20]
+        if not read_only:
+            return (
+                f"only {', '.join(first_words)} statements are allowed (no DDL, PRAGMA, "
+                f"ATTACH or transactions); got {shown!r}"
+            )
         return (
             "only read-only queries are allowed: one SELECT (or WITH ... SELECT) statement; "
             f"got {shown!r}"
         )
     if ";" in body:
+        if not read_only:
+            return "only one statement per action: remove the ';' and send one statement"
         return "only one statement per action: remove the ';' and send a single SELECT"
     return None
 
