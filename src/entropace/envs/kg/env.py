@@ -4,11 +4,25 @@ The agent reads a multi-hop question and the entities it mentions, then calls on
 (:mod:`entropace.envs.kg.tools`) until it calls ``answer``. The answer is checked set-wise
 (order-insensitive) against the gold entity set, or as a number; reward 1 on success, 0 else.
 The episode ends at the answer (right or wrong) or at ``max_turns``.
+
+Every step's info carries ``exact_match`` (1.0 for the exact gold set, the success criterion)
+and ``f1`` (:func:`answer_f1`, AgentBench-KG's score), both 0.0 until the agent answers.
+
+Options for AgentBench-KG's behaviour (``src/server/tasks/knowledgegraph/task.py`` and
+``api.py`` of github:THUDM/AgentBench; all off by default so existing runs are unchanged):
+
+* ``hide_members``: observations name a new variable's type only (``variable #3, which are
+  instances of country``), never its members, count or value;
+* ``final_answer``: the text ``Final Answer: #N`` answers with variable ``#N`` (AgentBench's
+  regex ``(?:Find|Final) Answer: #(\\d+)`` on the reply before any ``Observation:``); it takes
+  precedence over an ``Action:`` line, as in AgentBench v0.2's text protocol;
+* ``reward``: ``"exact_match"`` (AgentBench's training reward ``int(is_correct)``) or ``"f1"``.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
@@ -52,6 +66,58 @@ Observation: Variable #2, which are instances of country (3 entities): [Andorra,
 Portugal]
 Action: answer(#2)"""
 
+#: The system prompt with ``hide_members``: the same tools, an example without member lists.
+SYSTEM_PROMPT_HIDDEN = (
+    SYSTEM_PROMPT.split("Results are stored")[0].replace(
+        "the attributes of x (with their values for up to 3 entities)", "the attributes of x"
+    )
+    + """Results are stored in variables #0, #1, ... in order; the observation names each new \
+variable and its type, not its members. Entity names are case-insensitive but must otherwise \
+be exact.
+
+Example:
+Question: Which countries bordering Spain use the currency Euro (EUR)?
+Action: get_neighbors(Spain, location.country.neighbours)
+Observation: variable #0, which are instances of country
+Action: get_neighbors(Euro (EUR), finance.currency.countries)
+Observation: variable #1, which are instances of country
+Action: intersection(#0, #1)
+Observation: variable #2, which are instances of country
+Action: answer(#2)"""
+)
+
+#: Appended to the system prompt with ``final_answer`` (AgentBench-KG's instruction).
+FINAL_ANSWER_NOTE = (
+    "\nYou may also end with a line 'Final Answer: #id', where id is the variable you determine "
+    "to be the final answer (e.g. 'Final Answer: #3')."
+)
+
+#: AgentBench-KG's final-answer pattern (``task.py``: ``re.findall(r'(?:Find|Final) Answer: #(\d+)'``).
+FINAL_ANSWER = re.compile(r"(?:Find|Final) Answer: #(\d+)")
+#: Values of the ``reward`` option.
+REWARDS = ("exact_match", "f1")
+
+
+def answer_f1(predicted: frozenset[str], gold: frozenset[str]) -> float:
+    """AgentBench-KG's F1 of a predicted answer set against the gold set.
+
+    ``TP = |P & G|``, ``precision = TP / |P|``, ``recall = TP / |G|``,
+    ``F1 = 2 * precision * recall / (precision + recall)``, and 0 when ``TP == 0`` (as
+    ``KnowledgeGraph._calculate_f1`` in AgentBench's ``knowledgegraph/task.py``).
+    """
+    tp = len(predicted & gold)
+    if tp == 0:
+        return 0.0
+    precision = tp / len(predicted)
+    recall = tp / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"kg: option {name} must be a bool (true/false), got {value!r}")
+    return value
+
 
 class KGEnv:
     """The ``kg`` family.
@@ -60,13 +126,30 @@ class KGEnv:
         difficulty: ``easy`` (1-2 tool calls: capital, neighbours, currency users, counts),
             ``medium`` (2-3: intersections, argmax, counts), ``hard`` (3-4: chains of
             neighbours, argmax/argmin, filters and counts).
+        hide_members: AgentBench's observations (type of a new variable only).
+        final_answer: accept AgentBench's ``Final Answer: #N``.
+        reward: ``"exact_match"`` (1.0 for the exact gold set, else 0.0) or ``"f1"``
+            (:func:`answer_f1`); success is the exact match either way.
     """
 
     name = NAME
-    system_prompt = SYSTEM_PROMPT
 
-    def __init__(self, difficulty: str = "easy") -> None:
+    def __init__(
+        self,
+        difficulty: str = "easy",
+        hide_members: bool = False,
+        final_answer: bool = False,
+        reward: str = "exact_match",
+    ) -> None:
         self.difficulty = check_difficulty(difficulty)
+        self.hide_members = _check_flag("hide_members", hide_members)
+        self.final_answer = _check_flag("final_answer", final_answer)
+        if reward not in REWARDS:
+            raise ValueError(f"kg: reward must be one of {list(REWARDS)}, got {reward!r}")
+        self.reward = reward
+        self.system_prompt = (SYSTEM_PROMPT_HIDDEN if hide_members else SYSTEM_PROMPT) + (
+            FINAL_ANSWER_NOTE if final_answer else ""
+        )
         self.max_turns = MAX_TURNS[difficulty]
         self.graph = load_graph()
         self.question: Question | None = None
@@ -78,7 +161,7 @@ class KGEnv:
         rng = random.Random(seed)
         template = rng.choice(TEMPLATES[self.difficulty])
         self.question = rng.choice(instances(template))
-        self.session = ToolSession(self.graph)
+        self.session = ToolSession(self.graph, hide_members=self.hide_members)
         q = self.question
         obs = f"Question: {q.text}\nEntities: [{', '.join(q.entities)}]"
         info = {
@@ -96,31 +179,63 @@ class KGEnv:
             raise RuntimeError("kg: step() called before reset()")
         too_long = action_too_long(action)
         if too_long is not None:
-            return too_long, 0.0, False, False, {"success": False, "parse_error": True}
-        out = self.session.run(action)
-        info: dict[str, Any] = {"success": False, "parse_error": out.parse_error}
+            return too_long, 0.0, False, False, _info(parse_error=True)
+        final = self._final_answer(action) if self.final_answer else None
+        out = self.session.answer(f"#{final}") if final is not None else self.session.run(action)
         if not out.answered:
-            return out.observation, 0.0, False, False, info
+            return out.observation, 0.0, False, False, _info(parse_error=out.parse_error)
         q = self.question
         if q.gold_number is not None:
             got = out.answer_number
-            success = got is not None and abs(got - q.gold_number) < 1e-9
+            exact = got is not None and abs(got - q.gold_number) < 1e-9
+            f1 = float(exact)  # a number answer is the one-element set {number}
             shown = "no number" if got is None else f"{got:g}"
         else:
             got_set = out.answer_entities
-            success = got_set is not None and got_set == q.gold_entities
+            exact = got_set is not None and got_set == q.gold_entities
+            f1 = 0.0 if got_set is None else answer_f1(got_set, q.gold_entities or frozenset())
             shown = "a number" if got_set is None else f"{len(got_set)} entities"
-        info["success"] = success
-        verdict = "Correct" if success else f"Wrong ({shown})"
-        return f"{verdict}. The episode is over.", float(success), True, False, info
+        info = _info(success=exact, f1=f1)
+        verdict = "Correct" if exact else f"Wrong ({shown})"
+        reward = f1 if self.reward == "f1" else float(exact)
+        return f"{verdict}. The episode is over.", reward, True, False, info
+
+    @staticmethod
+    def _final_answer(action: str) -> str | None:
+        """The variable id of AgentBench's ``Final Answer: #N`` in ``action``, or None.
+
+        As AgentBench: only the text before the first ``Observation:`` counts, ``\\_`` reads as
+        ``_``, and the first match wins.
+        """
+        text = action.split("Observation:", 1)[0].replace("\\_", "_")
+        match = FINAL_ANSWER.search(text)
+        return None if match is None else match.group(1)
+
+
+def _info(*, success: bool = False, parse_error: bool = False, f1: float = 0.0) -> dict[str, Any]:
+    """A step's info: ``success``, ``parse_error``, ``exact_match`` and ``f1``."""
+    return {
+        "success": success,
+        "parse_error": parse_error,
+        "exact_match": float(success),
+        "f1": f1,
+    }
 
 
 def oracle(env: Any) -> Policy:
-    """Plays the instance's plan (the gold tool calls, then ``answer``) through ``step``."""
+    """Plays the instance's plan (the gold tool calls, then ``answer``) through ``step``.
+
+    With ``final_answer`` on it ends with AgentBench's ``Final Answer: #N`` instead of
+    ``Action: answer(#N)``, so that path is exercised too.
+    """
     question = env.question
     if question is None:
         raise RuntimeError("kg oracle: call env.reset(seed) first")
-    plan = iter(question.plan)
+    steps = list(question.plan)
+    last = re.fullmatch(r"Action: answer\((#\d+)\)", steps[-1])
+    if getattr(env, "final_answer", False) and last is not None:
+        steps[-1] = f"Thought: {last.group(1)} is the answer.\nFinal Answer: {last.group(1)}"
+    plan = iter(steps)
 
     def policy(observation: str) -> str:
         return next(plan, "Action: answer(#0)")

@@ -20,7 +20,11 @@ Tools (``x`` is an entity name or a variable ``#k``; ``#a``/``#b`` are variables
 ====================================  ===========================================================
 
 Every call that returns entities (or a number) stores it in the next variable ``#0, #1, ...``
-and the observation says so, with a truncated list of members.
+and the observation says so, with a truncated list of members. With ``hide_members`` (the
+``kg`` option of that name) the observation is AgentBench-KG's instead: ``variable #k, which are
+instances of T`` or ``variable #k, which is a number`` only (no members, no count, no value:
+AgentBench ``src/server/tasks/knowledgegraph/api.py``, ``get_neighbors``/``count``), and
+``get_attributes`` lists attribute names only.
 """
 
 from __future__ import annotations
@@ -143,15 +147,21 @@ class ToolSession:
 
     graph: KnowledgeGraph
     variables: list[Variable] = field(default_factory=list)
+    #: AgentBench's observations: a new variable's type only, never its members or value.
+    hide_members: bool = False
 
     # ------------------------------------------------------------------ helpers
     def _store(self, var: Variable, what: str) -> str:
         self.variables.append(var)
         k = len(self.variables) - 1
         if var.number is not None:
+            if self.hide_members:
+                return f"variable #{k}, which is a number"
             return f"{what}\nVariable #{k}, which is a number: {_fmt(var.number)}"
         kinds = {self.graph.types[e] for e in var.entities}
         kind = kinds.pop() if len(kinds) == 1 else "entity"
+        if self.hide_members:
+            return f"variable #{k}, which are instances of {kind}"
         shown = ", ".join(var.entities[:MAX_LISTED])
         more = (
             f", ... ({len(var.entities) - MAX_LISTED} more)"
@@ -242,7 +252,7 @@ class ToolSession:
         ents = self._entities(x)
         if isinstance(ents, str):
             return Outcome(ents)
-        if len(ents) <= 3:
+        if len(ents) <= 3 and not self.hide_members:
             parts = [
                 f"{e}: "
                 + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.graph.attrs[e].items()))

@@ -336,3 +336,22 @@ def build_catalogue(
             seen.add(product.asin)
             products.append(product)
     return tuple(products)
+
+
+def product_description(product: Product) -> str:
+    """The text of a product's Description page (what WebShop's ``Description`` field holds)."""
+    category = product.category
+    singular = category[:-1] if category.endswith("s") else category
+    return (
+        f"{product.title}. A {', '.join(product.attributes)} {singular} "
+        f"from our {product.department} department."
+    )
+
+
+def title_parts(product: Product) -> tuple[str, str]:
+    """``(brand, noun)`` of a title built by :func:`_make_product` (``"{brand} {attributes}
+    {noun}"``): the brand it starts with and the category noun it ends with, lower case."""
+    brand = max((b for b in BRANDS if product.title.startswith(b + " ")), key=len, default="")
+    nouns = CATEGORIES[product.category][1]
+    noun = max((n for n in nouns if product.title.endswith(" " + n.title())), key=len, default="")
+    return brand.lower(), noun

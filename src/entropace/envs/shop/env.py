@@ -5,6 +5,11 @@ with ``search[query]`` and ``click[button]`` on text pages (search, results, ite
 sub-pages) and ends by clicking ``Buy Now``. The reward is WebShop's: the fraction of the
 instruction's attributes, options and price constraint that the bought product satisfies,
 times a type-match factor; 1.0 only for an exact match (success).
+
+Option ``reward``: ``"exact"`` (default, :func:`shop_reward`: exact attribute and option
+matches, type factor 1 / 0.5 / 0.1 by category and department) or ``"webshop"``
+(:mod:`entropace.envs.shop.webshop`: WebShop's ``get_reward`` with its fuzzy matching and its
+type factor, which can be 0; AgentBench's WebShop uses it). Success is reward 1.0 either way.
 """
 
 from __future__ import annotations
@@ -16,9 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from entropace.envs.base import StepResult, action_too_long, check_difficulty
-from entropace.envs.shop.catalogue import CATEGORIES, Product, build_catalogue
+from entropace.envs.shop.catalogue import (
+    CATEGORIES,
+    Product,
+    build_catalogue,
+    product_description,
+)
 from entropace.envs.shop.search import SearchIndex
+from entropace.envs.shop.webshop import get_reward
 
+#: Values of the ``reward`` option.
+REWARDS = ("exact", "webshop")
 RESULTS_PER_PAGE = 10
 MAX_RESULTS = 50
 MAX_QUERY_CHARS = 200
@@ -121,13 +134,21 @@ class _Page:
 
 
 class ShopEnv:
-    """The ``shop`` family (see module docstring). Options: ``difficulty``."""
+    """The ``shop`` family (see module docstring).
+
+    Args:
+        difficulty: ``easy`` | ``medium`` | ``hard``.
+        reward: ``"exact"`` (:func:`shop_reward`) or ``"webshop"`` (WebShop's own reward).
+    """
 
     name = "shop"
     system_prompt = SYSTEM_PROMPT
 
-    def __init__(self, difficulty: str = "easy") -> None:
+    def __init__(self, difficulty: str = "easy", reward: str = "exact") -> None:
         self.difficulty = check_difficulty(difficulty)
+        if reward not in REWARDS:
+            raise ValueError(f"shop: reward must be one of {list(REWARDS)}, got {reward!r}")
+        self.reward = reward
         self.max_turns = LEVELS[difficulty][3]
         self.products = build_catalogue()
         self.index = _shared_index(self.products)
@@ -207,16 +228,7 @@ class ShopEnv:
         elif page.kind == "item":
             product = self.products[page.item]
             if key == "buy now":
-                reward = shop_reward(self.goal, product, page.selected)  # type: ignore[arg-type]
-                success = reward >= 1.0 - 1e-9
-                obs = f"Thank you for shopping with us! You bought {product.asin} with options {page.selected or 'none'}. Reward: {reward:.3f}"
-                return (
-                    obs,
-                    reward,
-                    True,
-                    False,
-                    {"success": success, "parse_error": False, "bought": product.asin},
-                )
+                return self._buy(product)
             if key == "< prev":
                 page.kind = "results"
                 return self.render(), 0.0, False, False, ok
@@ -231,6 +243,25 @@ class ShopEnv:
             page.kind = "item"
             return self.render(), 0.0, False, False, ok
         return self._stay(f"There is no button [{button[:60]}] on this page.")
+
+    def _buy(self, product: Product) -> StepResult:
+        goal, selected = self.goal, self.page.selected
+        assert goal is not None
+        info: dict[str, Any] = {"parse_error": False, "bought": product.asin}
+        if self.reward == "webshop":
+            target = self.products[self.asin_index[goal.target_asin]]
+            values = [value for _name, value in goal.options]
+            reward, info["reward_parts"] = get_reward(
+                product, target, goal.attributes, values, goal.price_limit, selected
+            )
+        else:
+            reward = shop_reward(goal, product, selected)
+        info["success"] = reward >= 1.0 - 1e-9
+        obs = (
+            f"Thank you for shopping with us! You bought {product.asin} with options "
+            f"{selected or 'none'}. Reward: {reward:.3f}"
+        )
+        return obs, reward, True, False, info
 
     # --- rendering -----------------------------------------------------------------------------
     def visible_results(self) -> list[int]:
@@ -276,10 +307,7 @@ class ShopEnv:
                 lines.append("Features:")
                 lines += [f"- {a}" for a in product.attributes]
             else:
-                lines.append(
-                    f"{product.title}. A {', '.join(product.attributes)} {product.category[:-1] if product.category.endswith('s') else product.category} "
-                    f"from our {product.department} department."
-                )
+                lines.append(product_description(product))
         return "\n".join(lines)
 
 
