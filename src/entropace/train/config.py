@@ -107,6 +107,10 @@ class TasksConfig:
         difficulty: passed to every family (``easy`` / ``medium`` / ``hard``).
         options: extra keyword options per family, e.g. ``{db: {database: chinook}}``.
         seed_offset: first train-split seed used.
+        interface: ``text`` (each family's own action syntax) or ``tools`` (JSON-schema tool
+            calls rendered through the chat template; :mod:`entropace.envs.tools`).
+        profile: ``default`` or ``agentbench`` (AgentBench FC's interface, observations, turn
+            limits and output caps per family; :mod:`entropace.envs.agentbench`).
     """
 
     names: list[str] = field(default_factory=lambda: ["db", "kg", "reasoning"])
@@ -116,6 +120,8 @@ class TasksConfig:
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_offset: int = 0
+    interface: Literal["text", "tools"] = "text"
+    profile: Literal["default", "agentbench"] = "default"
 
     def env_factory(self, task: str) -> Callable[[], Any]:
         """``() -> env`` of ``task`` with this run's difficulty and that task's options
@@ -124,7 +130,9 @@ class TasksConfig:
         from entropace.envs import make
 
         options = {"difficulty": self.difficulty, **self.options.get(task, {})}
-        return functools.partial(make, task, **options)
+        return functools.partial(
+            make, task, interface=self.interface, profile=self.profile, **options
+        )
 
 
 @dataclass
