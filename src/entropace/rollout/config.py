@@ -26,7 +26,11 @@ class RolloutConfig:
         do_sample: ``False`` for greedy decoding (evaluation); statistics still use
             ``temperature``.
         abnormal_penalty: the reward of an abnormal episode (turn/length limit, parse error
-            when ``end_on_parse_error``, environment error); AgentRL uses -0.2.
+            when ``end_on_parse_error``, environment error). Default -0.2: the value
+            ``docs/BASELINES.md`` lists for AgentRL (arXiv 2510.04206); AgentRL's code was not
+            available to verify it. AgentBench FC's task code gives 0 at the turn limit and
+            after invalid calls (``RewardHistoryItem(reward=0)`` on ``TASK_LIMIT_REACHED``),
+            which the ``agentbench`` and ``paper`` presets use (``docs/envs/agentbench.md``).
         end_on_parse_error: end the episode on the first step whose info has
             ``parse_error=True`` (abnormal, reason ``"parse_error"``).
         stats_chunk_size: rows per chunk in :func:`entropace.algos.token_stats` (bounds the
