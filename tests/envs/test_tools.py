@@ -261,6 +261,6 @@ def test_unknown_interface_and_family_without_tools() -> None:
     from entropace.envs.toy import register_letter_envs
 
     register_letter_envs("toolless_letter")
-    with pytest.raises(KeyError, match="has no tool interface"):
+    with pytest.raises(ValueError, match="has no tool interface"):
         make("toolless_letter", interface="tools")
     assert make("toolless_letter").env.letter == "a"  # the text interface still works

@@ -5,13 +5,20 @@ Works for every registered family through :func:`entropace.envs.specs`, :func:`m
 
     entropace envs list
     entropace envs play db --seed 3 --difficulty medium --opt database=chinook
+    entropace envs play db --interface tools          # AgentBench FC's tools, typed as calls
     entropace envs sample db --n 5 --difficulty hard --split test --solve
+    entropace envs sample kg --profile agentbench --solve
+
+In the tools interface a typed line ``tool_name {"argument": "value"}`` is sent as that call
+(in the generic ``<tool_call>`` format); any other text is sent as typed (a raw
+``<tool_call>...</tool_call>``, or kg's ``Final Answer: #3``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
@@ -19,6 +26,8 @@ from typing import Any, TextIO
 from entropace.envs import DIFFICULTIES, SPLITS, make, seeds, spec, specs
 from entropace.envs.base import TurnLimit
 from entropace.envs.checks import run_episode
+from entropace.envs.registry import INTERFACES, PROFILES, tool_suite
+from entropace.envs.tools import ToolCall, format_tool_call, tool_oracle
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -73,13 +82,53 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"    requires: {reqs}", file=out)
         else:
             print("    requires: (nothing extra)", file=out)
+        try:
+            suite = tool_suite(name)
+        except KeyError:
+            print("    tools: (text interface only)", file=out)
+        else:
+            calls = ", ".join(
+                f"{t.name}({', '.join(t.parameters.get('properties', {}))})" for t in suite.tools
+            )
+            print(f"    tools (--interface tools): {calls}", file=out)
         print(file=out)
     return 0
 
 
 def _make(args: argparse.Namespace) -> TurnLimit:
     spec(args.name)  # unknown name -> KeyError listing the known families
-    return make(args.name, max_turns=args.max_turns, **_options(args))
+    return make(
+        args.name,
+        max_turns=args.max_turns,
+        interface=args.interface,
+        profile=args.profile,
+        **_options(args),
+    )
+
+
+def _tools_of(env: TurnLimit) -> list[dict[str, Any]] | None:
+    tools = getattr(env, "tools", None)
+    return tools if isinstance(tools, list) and tools else None
+
+
+def _print_tools(tools: list[dict[str, Any]], out: TextIO) -> None:
+    print("--- tools ---", file=out)
+    for t in tools:
+        print(json.dumps(t, ensure_ascii=False), file=out)
+
+
+def typed_call(text: str, tool_names: list[str]) -> str:
+    """A typed ``tool_name {json arguments}`` line as a generic tool call; other text as is."""
+    name, _, rest = text.strip().partition(" ")
+    if name not in tool_names:
+        return text
+    try:
+        arguments = json.loads(rest) if rest.strip() else {}
+    except ValueError:
+        return text
+    if not isinstance(arguments, dict):
+        return text
+    return format_tool_call(ToolCall(name, arguments))
 
 
 def _read_actions(stream: TextIO, oneline: bool) -> Iterator[str]:
@@ -107,18 +156,30 @@ def cmd_play(args: argparse.Namespace) -> int:
     print(f"=== {env.name} seed={args.seed} difficulty={info.get('difficulty')}", file=out)
     print("--- system prompt ---", file=out)
     print(env.system_prompt, file=out)
+    tools = _tools_of(env)
+    if tools is not None:
+        _print_tools(tools, out)
     print("--- observation ---", file=out)
     print(obs, file=out)
     how = "one line per action" if args.oneline else "end each action with an empty line"
+    if tools is not None:
+        how += '; a tool call as: tool_name {"argument": "value"}'
     print(f"(type your action; {how}; Ctrl-D quits)", file=out)
     total, success, turn = 0.0, False, 0
     ended = False
+    names = [t["function"]["name"] for t in tools or []]
     for action in _read_actions(sys.stdin, args.oneline):
+        if tools is not None:
+            action = typed_call(action, names)
         obs, reward, terminated, truncated, step_info = env.step(action)
         turn += 1
         total += reward
         success = success or bool(step_info.get("success"))
-        print(f"--- observation (turn {turn}, reward {reward:g}) ---", file=out)
+        role = step_info.get("observation_role")
+        kind = f", {role} message" if tools is not None and role else ""
+        if step_info.get("tool_error"):
+            kind += f", tool error: {step_info['tool_error']}"
+        print(f"--- observation (turn {turn}, reward {reward:g}{kind}) ---", file=out)
         print(obs, file=out)
         if terminated or truncated:
             ended = True
@@ -140,10 +201,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
             f"=== {env.name} seed={seed} split={args.split} difficulty={info.get('difficulty')}",
             file=out,
         )
+        if seed == seeds(args.split, 1, offset=args.offset)[0] and _tools_of(env) is not None:
+            _print_tools(_tools_of(env) or [], out)
         print(obs, file=out)
         print(f"gold: {info.get('gold')}", file=out)
         if args.solve:
-            policy = s.oracle(env)
+            policy = tool_oracle(s.oracle)(env) if _tools_of(env) is not None else s.oracle(env)
             ep = run_episode(env, policy, seed)
             print("--- oracle episode ---", file=out)
             for action, observation in zip(ep.actions, ep.observations[1:]):
@@ -185,6 +248,18 @@ def _env_args(p: argparse.ArgumentParser) -> None:
         help="family option (repeatable), e.g. --opt database=chinook",
     )
     p.add_argument("--max-turns", type=int, default=None, help="override the turn limit")
+    p.add_argument(
+        "--interface",
+        choices=INTERFACES,
+        default="text",
+        help="text: the family's own action syntax (default); tools: JSON-schema tool calls",
+    )
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="default",
+        help="agentbench: AgentBench FC's interface, observations, turn limits and caps",
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -170,7 +170,11 @@ def make(
     if interface == "tools":
         from entropace.envs.tools import ToolInterface
 
-        env = ToolInterface(env, tool_suite(name))
+        try:
+            suite = tool_suite(name)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        env = ToolInterface(env, suite)
     return TurnLimit(env, max_turns=max_turns)
 
 
