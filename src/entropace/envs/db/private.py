@@ -36,6 +36,7 @@ neither create nor drop.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
@@ -278,20 +279,27 @@ class PrivateDb:
             rids = [r for (r,) in self._trusted(f"SELECT DISTINCT rid FROM temp._log_{t}")]
             if not rids:
                 continue
+            cols = _rounded_columns(self.database, t)
             now = self._trusted(
-                f"SELECT * FROM main.{t} WHERE rowid IN (SELECT rid FROM temp._log_{t})"
+                f"SELECT {cols} FROM main.{t} WHERE rowid IN (SELECT rid FROM temp._log_{t})"
             )
             with _LOCK:
                 before = (
                     trusted_connection(self.database)
                     .execute(
-                        f"SELECT * FROM {t} WHERE rowid IN (SELECT value FROM json_each(?))",
+                        f"SELECT {cols} FROM {t} WHERE rowid IN (SELECT value FROM json_each(?))",
                         (json.dumps(rids),),
                     )
                     .fetchall()
                 )
-            count: Counter[Row] = Counter(canonical_row(r) for r in now)
-            count.subtract(canonical_row(r) for r in before)
+            # Floats are rounded by SQLite (the same function on both sides); equal rows
+            # cancel at C speed; only what is left is canonicalised in Python.
+            raw: Counter[tuple] = Counter(now)
+            raw.subtract(before)
+            count: Counter[Row] = Counter()
+            for row, n in raw.items():
+                if n:
+                    count[canonical_row(row)] += n
             out += [(t, row, n) for row, n in count.items() if n != 0]
         return tuple(sorted(out, key=_sort_key))
 
@@ -300,6 +308,16 @@ class PrivateDb:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+@functools.cache
+def _rounded_columns(database: str, table: str) -> str:
+    """The select list of ``table`` with REAL values rounded to 6 decimals by SQLite."""
+    with _LOCK:
+        names = [r[1] for r in trusted_connection(database).execute(f"PRAGMA table_info({table})")]
+    return ", ".join(
+        f'CASE WHEN typeof("{n}") = \'real\' THEN round("{n}", 6) ELSE "{n}" END' for n in names
+    )
 
 
 def _error_text(exc: sqlite3.Error, timed_out: bool, timeout_s: float, writable: tuple) -> str:
