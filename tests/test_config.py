@@ -216,7 +216,9 @@ def test_shipped_presets() -> None:
     assert len(set(quick.tasks.names) & {"db", "kg", "reasoning"}) >= 3
     assert quick.tasks.difficulty == "easy"
     assert paper.tasks.group_size == 8 and paper.rollout.temperature == 0.8
-    assert paper.rollout.abnormal_penalty == -0.2
+    # AgentBench FC's 0 at abnormal ends, with its profile (docs/envs/agentbench.md)
+    assert paper.rollout.abnormal_penalty == 0.0
+    assert (paper.tasks.profile, paper.tasks.interface) == ("agentbench", "tools")
     assert paper.algorithm.name == "eppo" and paper.algorithm.pacer.eps0 == 0.2
     assert set(paper.tasks.names) == {"db", "kg", "os", "household", "shop"}
     assert paper.optim.lr == 1e-6
