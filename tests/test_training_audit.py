@@ -196,6 +196,11 @@ def test_sample_states_is_a_seeded_subset_of_the_mask() -> None:
     assert rows.numel() == 10 and bool(mask[rows, cols].all())
     keys = (rows * 9 + cols).tolist()
     assert keys == sorted(set(keys))  # distinct, row-major
+    taken = torch.bincount(rows, minlength=5)
+    drawn = taken > 0
+    partial = drawn & (taken < mask.sum(dim=1).long())
+    assert int(partial.sum()) <= 1  # whole trajectories, but for the one that crosses the size
+    assert int(drawn.sum()) == 2
     all_rows, _ = sample_states(mask, 1000)
     assert all_rows.numel() == int(mask.sum())
     with pytest.raises(ValueError, match="max_states"):

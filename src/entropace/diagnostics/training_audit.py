@@ -1,8 +1,9 @@
 """PAPO's polarity audit inside training: predicted polarity against the realised entropy change.
 
 ALGORITHMS.md section 4 ("Polarity audit"), the check the PAPO review asks for. On an audited
-training step, a sample of the step's states (masked response positions of its rollout batch) is
-taken before the update and looked at again after it.
+training step, a sample of the step's states (masked response positions of its rollout batch,
+drawn by whole trajectories: :func:`sample_states`) is taken before the update and looked at
+again after it.
 
 Notation, per sampled state ``s`` (batch row ``b``, token column ``t``: the prefix
 ``input_ids[b, :t]``, the sampled token ``y = input_ids[b, t]``), at the sampling temperature
@@ -90,24 +91,39 @@ __all__ = [
 def sample_states(
     loss_mask: Tensor, max_states: int, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Up to ``max_states`` masked positions, uniformly without replacement.
+    """Up to ``max_states`` masked positions, sampled by whole trajectories.
+
+    Rows are visited in a random order (``generator``) and each contributes all its masked
+    positions until ``max_states`` is reached; the positions of the row that crosses it are
+    subsampled uniformly without replacement. A cluster sample of trajectories (each state is in
+    it with the same probability when the rows are equally long): the audit's forward passes
+    run only on the rows drawn, so its cost grows with the rows, not with the batch.
 
     Args:
         loss_mask: ``[B, L]``, nonzero on the response tokens (the candidate states).
         max_states: sample size (all positions when there are fewer).
-        generator: a CPU generator (the global one is never used).
+        generator: a CPU generator (the global one is never used; None: seed 0).
 
     Returns:
         ``(rows, cols)``, each ``[n]`` long on CPU, in row-major order.
     """
-    if max_states < 1:
-        raise ValueError(f"sample_states: max_states must be >= 1, got {max_states}")
-    positions = (loss_mask != 0).nonzero().cpu()  # [N, 2], row-major
+    if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
+        raise ValueError(f"sample_states: max_states must be an int >= 1, got {max_states!r}")
+    mask = (loss_mask != 0).cpu()
+    positions = mask.nonzero()  # [N, 2], row-major
     if positions.shape[0] > max_states:
         if generator is None:
             generator = torch.Generator().manual_seed(0)
-        pick = torch.randperm(positions.shape[0], generator=generator)[:max_states]
-        positions = positions[pick.sort().values]
+        order = torch.randperm(mask.shape[0], generator=generator)
+        cumulative = mask.sum(dim=1)[order].cumsum(0)
+        full = int((cumulative <= max_states).sum())  # rows taken whole
+        picked = positions[torch.isin(positions[:, 0], order[:full])]
+        rest = max_states - picked.shape[0]
+        if rest > 0:
+            partial = positions[positions[:, 0] == order[full]]
+            pick = torch.randperm(partial.shape[0], generator=generator)[:rest]
+            picked = torch.cat([picked, partial[pick]])
+        positions = picked[torch.argsort(picked[:, 0] * mask.shape[1] + picked[:, 1])]
     return positions[:, 0].contiguous(), positions[:, 1].contiguous()
 
 

@@ -198,8 +198,9 @@ class AuditConfig:
 
     Attributes:
         every: audit every N-th training step (0: off). The audit never changes the run.
-        max_states: response positions sampled per audited step (uniformly, without
-            replacement; all of them when the batch has fewer).
+        max_states: response positions audited per step (all of them when the batch has
+            fewer), drawn by whole trajectories in a random order (the audit's forward passes
+            cost ~ the rows drawn).
         mode: ``realised`` (the update's realised entropy change against the predicted
             polarity, the first-order error, the step size), ``probe`` (from a copy of the
             policy, one step on each polarity branch's loss; for small models), or ``both``.
@@ -207,7 +208,7 @@ class AuditConfig:
     """
 
     every: int = 0
-    max_states: int = 256
+    max_states: int = 128
     mode: Literal["realised", "probe", "both"] = "realised"
     probe_step: float = 0.1
 
