@@ -264,3 +264,58 @@ def test_unknown_interface_and_family_without_tools() -> None:
     with pytest.raises(ValueError, match="has no tool interface"):
         make("toolless_letter", interface="tools")
     assert make("toolless_letter").env.letter == "a"  # the text interface still works
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def _cli(argv: list[str], capsys: Any, monkeypatch: Any, stdin: str = "") -> tuple[int, str]:
+    import io
+
+    from entropace.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    rc = main(argv)
+    return rc, capsys.readouterr().out
+
+
+def test_cli_play_tools_scripted(capsys: Any, monkeypatch: Any) -> None:
+    env = make("db", interface="tools", database="chinook")
+    env.reset(0)
+    gold = env.instance.gold
+    answers = json.dumps({"answers": [str(v) for v in gold]})
+    stdin = f'execute_sql {{"query": "{env.instance.sql}"}}\nnot a call\ncommit_final_answer {answers}\n'
+    rc, out = _cli(
+        ["envs", "play", "db", "--interface", "tools", "--oneline", "--opt", "database=chinook"],
+        capsys,
+        monkeypatch,
+        stdin,
+    )
+    assert rc == 0
+    assert "--- tools ---" in out and '"name": "execute_sql"' in out
+    assert "(turn 1, reward 0, tool message)" in out
+    assert "(turn 2, reward 0, user message, tool error: no_call)" in out
+    assert "reward=1 success=True turns=3" in out
+
+
+def test_cli_sample_solve_with_the_agentbench_profile(capsys: Any, monkeypatch: Any) -> None:
+    rc, out = _cli(
+        ["envs", "sample", "kg", "--profile", "agentbench", "--n", "2", "--solve"],
+        capsys,
+        monkeypatch,
+    )
+    assert rc == 0 and out.count("oracle: reward=1 success=True") == 2
+    assert "<tool_call>" in out and "Final Answer: #" in out
+    rc, out = _cli(["envs", "list"], capsys, monkeypatch)
+    assert "tools (--interface tools): execute_sql(query), commit_final_answer(answers)" in out
+
+
+def test_cli_typed_call_shorthand() -> None:
+    from entropace.cli.envs import typed_call
+
+    names = ["take_action"]
+    assert parse_tool_calls(typed_call('take_action {"action": "look"}', names)).calls == (
+        ToolCall("take_action", {"action": "look"}),
+    )
+    for text in ("take_action oops", "look", 'other {"a": 1}', "take_action [1]"):
+        assert typed_call(text, names) == text

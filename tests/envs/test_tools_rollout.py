@@ -182,3 +182,27 @@ def test_text_interface_rendering_is_unchanged(tiny_tokenizer: Any) -> None:
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
     )
     assert layout._tool_rendering is None  # text episodes never probe the template
+
+
+def test_sampled_tool_episodes_with_kv_reuse(tiny_model_and_tokenizer: tuple[Any, Any]) -> None:
+    """The real (random) tiny model through tools envs on the fast path: replies without calls
+    get user turns, and the trajectory is still the rendering of its conversation."""
+    model, tok = tiny_model_and_tokenizer
+    requests = [
+        RolloutRequest(n, lambda n=n: make(n, interface="tools"), s, s)
+        for s, n in enumerate(["kg", "household", "kg", "household"])
+    ]
+    cfg = RolloutConfig(max_turns=3, max_new_tokens_per_turn=8, max_episode_tokens=6000)
+    result = collect_rollouts(model, tok, requests, cfg, seed=0)
+    layout = ChatLayout(tok)
+    for i, record in enumerate(result.batch.episodes):
+        length = int(result.batch.attention_mask[i].sum())
+        ids = result.batch.input_ids[i, :length].tolist()
+        tools = make(record.task, interface="tools").tools
+        assert record.messages[-1]["role"] == "assistant"
+        text = layout.render(record.messages, add_generation_prompt=False, tools=tools)
+        decoded = tok.decode(ids)
+        # cut turns (no <|im_end|> generated) are closed by the template: same text
+        assert decoded == text
+        user_turns = [m for m in record.messages[2:] if m["role"] == "user"]
+        assert all("No tool call found" in m["content"] for m in user_turns)
