@@ -25,7 +25,12 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from entropace.envs import make, spec  # noqa: E402
-from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate  # noqa: E402
+from entropace.envs.checks import (  # noqa: E402
+    HOSTILE_ACTIONS,
+    check_env,
+    oracle_success_rate,
+    run_episode,
+)
 from entropace.envs.db import private  # noqa: E402
 from entropace.envs.db.build import SOURCES, database_path  # noqa: E402
 from entropace.envs.db.env import SYSTEM_PROMPT, DbEnv  # noqa: E402
@@ -187,7 +192,7 @@ def test_write_resets_deterministic_and_varied(difficulty: str, db_paths) -> Non
         assert (obs_a, info_a) == (obs_b, info_b)
         assert info_a["kind"] in ("insert", "update", "delete")
         assert info_a["writable"] and info_a["gold"] == info_a["gold_sql"]
-        assert 'reply "Answer: done"' in obs_a and info_a["gold_sql"] not in obs_a
+        assert 'final answer "done"' in obs_a and info_a["gold_sql"] not in obs_a
         assert len(info_a["gold_digest"]) == 64
         seen[info_a["template"]] += 1
     assert len(seen) >= 6 and {t.split(".")[0] for t in seen} == set(SOURCES)
@@ -234,6 +239,25 @@ def test_oracle_solves_all_writes(difficulty: str, db_paths) -> None:
 
 def test_oracle_solves_mixed_kinds(db_paths) -> None:
     assert oracle_success_rate("db", range(30), difficulty="hard", kinds="all") == 1.0
+
+
+@pytest.mark.parametrize("difficulty", DIFFS)
+def test_oracle_solves_writes_through_tools(difficulty: str, db_paths) -> None:
+    """The same oracle, each action sent as the equivalent AgentBench FC tool call."""
+    from entropace.envs.tools import tool_oracle
+
+    for seed in range(50):
+        env = make("db", interface="tools", difficulty=difficulty, kinds=WRITES)
+        env.reset(seed)
+        ep = run_episode(env, tool_oracle(spec("db").oracle)(env), seed)
+        assert ep.success and ep.last_info["parse_error"] is False, (seed, ep.observations[-1])
+        assert ep.last_info["state_digest"] == ep.last_info["gold_digest"]
+
+
+def test_agentbench_profile_draws_writes(db_paths) -> None:
+    env = make("db", profile="agentbench", difficulty="medium")
+    kinds = Counter(env.reset(seed)[1]["kind"] for seed in range(40))
+    assert set(kinds) == set(KINDS)
 
 
 @pytest.mark.parametrize("template", [t.name for t in WRITE_TEMPLATES])

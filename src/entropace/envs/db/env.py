@@ -86,8 +86,12 @@ Answer: done
 
 You have at most {max_turns} actions; a wrong answer ends the episode with no reward."""
 
-#: Appended to the task text of write tasks in the first observation.
-WRITE_DONE_TEXT = 'When every change is made, reply "Answer: done".'
+#: Appended to the task text of write tasks in the first observation (interface-neutral: the
+#: text interface finishes with ``Answer: done``, the tools one with ``commit_final_answer``).
+WRITE_DONE_TEXT = (
+    'When every change is made, give the final answer "done" (its text is not checked); the '
+    "changed tables are then compared with the expected ones."
+)
 
 _PARSE_HELP = (
     "Could not find an action. Reply with exactly one action on its own line:\n"
