@@ -11,7 +11,7 @@ Note on the package name: inside this package every module uses absolute imports
 from __future__ import annotations
 
 from entropace.envs.os.actions import Answer, Bash, Done, answers_match, parse_action
-from entropace.envs.os.env import MAX_TURNS, OsEnv, oracle
+from entropace.envs.os.env import MAX_TURNS, SHELLS, OsEnv, oracle
 from entropace.envs.os.sandbox import (
     RunResult,
     Sandbox,
@@ -19,10 +19,12 @@ from entropace.envs.os.sandbox import (
     SandboxUnavailableError,
     require_bwrap,
 )
+from entropace.envs.os.session import SessionError, ShellResult, ShellSession
 from entropace.envs.registry import EnvSpec, register
 
 __all__ = [
     "MAX_TURNS",
+    "SHELLS",
     "Answer",
     "Bash",
     "Done",
@@ -31,6 +33,9 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxUnavailableError",
+    "SessionError",
+    "ShellResult",
+    "ShellSession",
     "answers_match",
     "oracle",
     "parse_action",
@@ -47,6 +52,9 @@ register(
             "difficulty": "easy | medium | hard (default easy)",
             "command_timeout": "seconds per command before it is killed (default 5.0)",
             "output_chars": "characters of command output shown (default 4000)",
+            "shell": "fresh (default: a new sandbox per command) | persistent (one bash per "
+            "episode; adds the process/user/PATH/edit kinds)",
+            "kinds": "task kinds to draw (default: the difficulty's kinds for the shell)",
         },
         data_source="generated from the seed (logs, CSV tables, configs, scripts); no external data",
         license="n/a (generated data)",

@@ -4,7 +4,7 @@ An action is the agent's whole reply and must start (after optional whitespace) 
 
     bash: <command>     run <command> (everything after "bash:", may span lines)
     answer: <text>      final answer to a question (first non-empty line is used)
-    done                a goal task is finished
+    done                a goal task is finished (``finish`` is the same action)
 
 Keywords are case-insensitive. After ``bash:`` the command may be wrapped in a Markdown fence
 (```` ```bash ... ``` ````), which is removed. Anything else is a parse error.
@@ -54,7 +54,7 @@ Action = Bash | Answer | Done
 _LEFT = WHITESPACE + "`'\""
 _RIGHT = _LEFT + "."
 _ACTION = re.compile(r"\A\s*(bash|answer)[ \t]*:(.*)\Z", re.IGNORECASE | re.DOTALL)
-_DONE = re.compile(r"\A\s*done[ \t]*\.?\s*\Z", re.IGNORECASE)
+_DONE = re.compile(r"\A\s*(?:done|finish)[ \t]*\.?\s*\Z", re.IGNORECASE)
 _FENCE = re.compile(r"\A```[A-Za-z]*[ \t]*\n(.*?)\n?```\Z", re.DOTALL)
 
 

@@ -3,13 +3,17 @@
 AgentBench-OS style (Liu et al., 2023, "AgentBench: Evaluating LLMs as Agents", the OS
 interaction task): each instance generates a small file tree (logs, CSV tables, config files,
 scripts, nested and hidden directories) from its seed and asks a question (``answer: ...``) or
-sets a goal (``done``); every ``bash:`` command runs in a fresh bubblewrap sandbox
-(:mod:`entropace.envs.os.sandbox`) against a private copy of the tree.
+sets a goal (``done``). With ``shell="fresh"`` (the default) every ``bash:`` command runs in a
+fresh bubblewrap sandbox (:mod:`entropace.envs.os.sandbox`) against a private copy of the tree;
+with ``shell="persistent"`` the episode has one long-lived bash in one sandbox
+(:mod:`entropace.envs.os.session`), and the task kinds that need one (processes, users, the
+``PATH``, step-by-step edits: :mod:`entropace.envs.os.tasks_shell`) are drawn too.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 from entropace.envs.base import EnvError, Policy, action_too_long, check_difficulty
@@ -23,11 +27,16 @@ from entropace.envs.os.actions import (
     parse_action,
 )
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
-from entropace.envs.os.tasks import BY_DIFFICULTY, TASKS, Task
+from entropace.envs.os.session import SessionError, ShellSession
+from entropace.envs.os.tasks import BY_DIFFICULTY, TASKS, SystemState, Task, TaskFn
+from entropace.envs.os.tasks_shell import DEFAULT_ETC, SHELL_KINDS, SHELL_TASKS
 from entropace.envs.os.tree import generate_tree
-from entropace.envs.os.worktree import build_archive, read_tree
+from entropace.envs.os.worktree import build_archive, read_etc, read_tree
 
-__all__ = ["OsEnv", "oracle"]
+__all__ = ["SHELLS", "OsEnv", "oracle"]
+
+#: The shell modes: a fresh sandbox per command, or one shell per episode.
+SHELLS: tuple[str, ...] = ("fresh", "persistent")
 
 MAX_TURNS = 10
 
@@ -57,6 +66,27 @@ bash: grep -c ' ERROR ' logs/app-0.log
 answer: 3
 """
 
+# The persistent shell's prompt: the same actions, its own rules (the fresh prompt above is
+# kept byte for byte, so runs with the default shell stay reproducible).
+_SYSTEM_PROMPT_PERSISTENT = _SYSTEM_PROMPT.replace(
+    """\
+done
+    Say that a task asking you to change files is finished. Ends the episode; the files are \
+then checked.
+
+Rules: every command starts in a fresh shell in /work, so files you create or change persist \
+between commands but `cd`, variables and background processes do not.""",
+    """\
+done
+    Say that a task asking you to change files or the system (processes, users, ...) is \
+finished (`finish` works too). Ends the episode; the files and the system are then checked.
+
+Rules: all your commands run one after another in the same bash shell, which starts in \
+/work: the working directory, variables, functions, files and background processes persist \
+between commands. Commands cannot read input (stdin is empty). If a killed command leaves \
+the shell hanging, or the shell exits, a new shell starts in /work.""",
+).replace("(grep, sed, awk, find, sort, cut, wc, ...)", "(grep, sed, awk, find, ps, kill, ...)")
+
 _SYNTAX_HINT = (
     "Invalid action. Start your reply with `bash: <command>`, `answer: <text>` or `done`. "
     "Example: bash: ls -la"
@@ -68,8 +98,13 @@ class OsEnv:
 
     Args:
         difficulty: ``easy`` / ``medium`` / ``hard`` (tree size, distractors, task kinds).
-        command_timeout: seconds per command before its whole process tree is killed.
+        command_timeout: seconds per command before its processes are killed.
         output_chars: characters of command output shown per observation.
+        shell: ``"fresh"`` (default: a new sandbox per command; files persist, shell state
+            does not) or ``"persistent"`` (one bash per episode: ``cd``, variables and
+            background jobs persist too, and the system-state kinds are drawn as well).
+        kinds: the task kinds to draw from (default: the difficulty's kinds for that shell);
+            the persistent-shell kinds need ``shell="persistent"``.
 
     Raises:
         SandboxUnavailableError: when bubblewrap is missing or cannot create namespaces.
@@ -79,7 +114,12 @@ class OsEnv:
     max_turns = MAX_TURNS
 
     def __init__(
-        self, difficulty: str = "easy", command_timeout: float = 5.0, output_chars: int = 4000
+        self,
+        difficulty: str = "easy",
+        command_timeout: float = 5.0,
+        output_chars: int = 4000,
+        shell: str = "fresh",
+        kinds: tuple[str, ...] | list[str] | str | None = None,
     ) -> None:
         self.difficulty = check_difficulty(difficulty)
         bad = isinstance(output_chars, bool) or not isinstance(output_chars, int)
@@ -87,20 +127,34 @@ class OsEnv:
             raise ValueError(f"output_chars must be an int in [100, 100000], got {output_chars!r}")
         if isinstance(command_timeout, bool) or not isinstance(command_timeout, int | float):
             raise ValueError(f"command_timeout must be seconds (a number), got {command_timeout!r}")
+        if shell not in SHELLS:
+            raise ValueError(f"shell must be one of {list(SHELLS)}, got {shell!r}")
+        self.shell = shell
+        self.kinds = _check_kinds(kinds, difficulty, shell)
         self.sandbox = Sandbox(SandboxLimits(timeout_s=float(command_timeout)))
         self.output_chars = output_chars
-        self.system_prompt = _SYSTEM_PROMPT.format(timeout=command_timeout, chars=output_chars)
+        template = _SYSTEM_PROMPT if shell == "fresh" else _SYSTEM_PROMPT_PERSISTENT
+        self.system_prompt = template.format(timeout=command_timeout, chars=output_chars)
         self.task: Task | None = None
         self.initial_state = b""
         self.state = b""
+        self.session: ShellSession | None = None
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        """Generate instance ``seed``: its file tree (copied into a fresh state) and its task."""
+        """Generate instance ``seed``: its file tree (copied into a fresh state) and its task;
+        in the persistent mode also start its shell (ending the previous episode's)."""
+        self.close()
         rng = random.Random(f"entropace.os/{self.difficulty}/{int(seed)}")
-        kind = rng.choice(BY_DIFFICULTY[self.difficulty])
+        kind = rng.choice(self.kinds)
         tree = generate_tree(rng, self.difficulty)
-        self.task = TASKS[kind](rng, tree)  # may adjust the tree (ties, modes) before rendering
-        self.initial_state = self.state = build_archive(tree.files())
+        make: TaskFn = TASKS[kind] if kind in TASKS else SHELL_TASKS[kind]
+        self.task = make(rng, tree)  # may adjust the tree (ties, modes) before rendering
+        if self.shell == "fresh":
+            self.initial_state = self.state = build_archive(tree.files())
+        else:
+            etc = self.task.etc or DEFAULT_ETC
+            self.initial_state = self.state = build_archive(tree.files(), etc)
+            self._start_session()
         info = {
             "task": self.name,
             "seed": int(seed),
@@ -121,22 +175,140 @@ class OsEnv:
         if parsed is None:
             return _SYNTAX_HINT, 0.0, False, False, {"success": False, "parse_error": True}
         if isinstance(parsed, Bash):
-            return self._run(parsed.command)
+            return self.step_bash(parsed.command)
         if isinstance(parsed, Answer):
-            if self.task.is_goal:
-                obs = "This task asks you to change files, not to answer: reply `done` when done."
-                return obs, 0.0, False, False, {"success": False, "parse_error": False}
-            ok = answers_match(parsed.text, self.task.gold)
-            obs = "Correct." if ok else "Wrong answer."
-            return obs, float(ok), True, False, {"success": ok, "parse_error": False}
+            return self.step_answer(parsed.text)
         assert isinstance(parsed, Done)
-        if not self.task.is_goal:
+        return self.step_done()
+
+    def step_bash(self, command: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run ``command`` as it is (the ``bash:`` action without parsing; the tool interface
+        calls it with ``bash_action``'s script)."""
+        if self.task is None:
+            raise EnvError("os: step() called before reset()")
+        if self.shell == "persistent":
+            return self._run_persistent(command)
+        return self._run(command)
+
+    def step_answer(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Answer the question with ``text`` (may span lines; ``answer:`` reads one line)."""
+        task = self.task
+        if task is None:
+            raise EnvError("os: step() called before reset()")
+        if task.is_goal:
+            obs = "This task asks you to change files, not to answer: reply `done` when done."
+            return obs, 0.0, False, False, {"success": False, "parse_error": False}
+        if task.verify is not None:
+            ok, reason = self._verify(text)
+            obs = "Correct." if ok else f"Wrong answer: {reason}."
+        else:
+            ok = answers_match(text, task.gold)
+            obs = "Correct." if ok else "Wrong answer."
+        self.close()
+        return obs, float(ok), True, False, {"success": ok, "parse_error": False}
+
+    def step_done(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Say that a goal task is finished: check the final files (and system state)."""
+        task = self.task
+        if task is None:
+            raise EnvError("os: step() called before reset()")
+        if not task.is_goal:
             obs = "This task asks a question: reply `answer: <text>` with your answer."
             return obs, 0.0, False, False, {"success": False, "parse_error": False}
-        assert self.task.check is not None
-        ok, reason = self.task.check(read_tree(self.state))
+        if task.verify is not None:
+            ok, reason = self._verify(None)
+        else:
+            assert task.check is not None
+            if self.session is not None:
+                try:
+                    self.state = self.session.dump()
+                except SessionError as exc:
+                    self.close()
+                    obs = f"The goal is not reached: the sandbox failed ({exc})."
+                    return obs, 0.0, True, False, {"success": False, "parse_error": False}
+            ok, reason = task.check(read_tree(self.state))
+        self.close()
         obs = "The goal is reached." if ok else f"The goal is not reached: {reason}."
         return obs, float(ok), True, False, {"success": ok, "parse_error": False}
+
+    def close(self) -> None:
+        """End the persistent shell's sandbox, if one runs (idempotent; ``reset`` and the end
+        of an episode call it, and so does garbage collection of the session)."""
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    # -- the persistent shell ----------------------------------------------------------------
+
+    def _start_session(self) -> None:
+        assert self.task is not None
+        self.session = ShellSession(self.sandbox, self.initial_state)
+        for command in self.task.setup:
+            result = self.session.run(command)
+            if result.exit_code != 0:
+                self.close()
+                raise RuntimeError(
+                    f"os: the setup command {command!r} of {self.task.kind} failed "
+                    f"({result.output[:200]!r}); this is a bug of the task generator"
+                )
+
+    def _run_persistent(self, command: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        info: dict[str, Any] = {"success": False, "parse_error": False}
+        limit = self.sandbox.limits.max_command_chars
+        refused = None
+        if "\x00" in command:
+            refused = "the command contains a NUL byte"
+        elif len(command) > limit:
+            refused = f"the command is {len(command)} characters; the limit is {limit}"
+        if refused is not None:
+            info.update(exit_code=None, timed_out=False, restarted=False)
+            return f"[{refused}]", 0.0, False, False, info
+        assert self.session is not None
+        try:
+            result = self.session.run(command)
+        except SessionError as exc:
+            self.close()
+            self._start_session()
+            info.update(exit_code=None, timed_out=False, restarted=True)
+            obs = f"[the sandbox stopped ({exc}); a new one was started from the task's files]"
+            return obs, 0.0, False, False, info
+        info.update(
+            exit_code=result.exit_code, timed_out=result.timed_out, restarted=result.restarted
+        )
+        exit_code = result.exit_code if result.exit_code is not None else -1
+        obs = format_observation(
+            result.output, exit_code, max_chars=self.output_chars, note=result.note
+        )
+        return obs, 0.0, False, False, info
+
+    def final_state(self) -> SystemState:
+        """Probe, stop and read back the sandbox (ends the session): the state the
+        persistent kinds are verified on. Raises :class:`SessionError` when it fails."""
+        task, session = self.task, self.session
+        if task is None or session is None:
+            raise EnvError("os: final_state() needs a running persistent shell")
+        live = tuple(_text(session.run(c)) for c in task.probe_live)
+        processes = tuple(session.processes())
+        for _ in range(20):  # let a process just forked finish its exec (its argv changes)
+            time.sleep(0.01)
+            again = tuple(session.processes())
+            if again == processes:
+                break
+            processes = again
+        session.kill_all()
+        fresh = tuple(_text(session.run(c)) for c in task.probe_fresh)
+        self.state = session.dump()
+        return SystemState(read_tree(self.state), read_etc(self.state), processes, live, fresh)
+
+    def _verify(self, answer: str | None) -> tuple[bool, str]:
+        assert self.task is not None and self.task.verify is not None
+        try:
+            state = self.final_state()
+        except (SessionError, OSError, ValueError) as exc:  # tar errors are ValueErrors too
+            return False, f"the sandbox's final state could not be read ({exc})"
+        return self.task.verify(state, answer)
+
+    # -- the fresh shell ---------------------------------------------------------------------
 
     def _run(self, command: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         result = self.sandbox.run(command, self.state)
@@ -155,6 +327,27 @@ class OsEnv:
         exit_code = result.exit_code if result.exit_code is not None else -1
         obs = format_observation(result.output, exit_code, max_chars=self.output_chars, note=note)
         return obs, 0.0, False, False, info
+
+
+def _text(result: Any) -> str:
+    return bytes(result.output).decode("utf-8", "replace")
+
+
+def _check_kinds(
+    kinds: tuple[str, ...] | list[str] | str | None, difficulty: str, shell: str
+) -> tuple[str, ...]:
+    """The kinds to draw from: the default ones, or ``kinds`` validated."""
+    if kinds is None:
+        extra = SHELL_KINDS[difficulty] if shell == "persistent" else ()
+        return BY_DIFFICULTY[difficulty] + tuple(k for k in extra if k not in BY_DIFFICULTY)
+    names = tuple(k.strip() for k in kinds.split(",")) if isinstance(kinds, str) else tuple(kinds)
+    known = sorted(TASKS) + sorted(SHELL_TASKS)
+    if not names or any(not isinstance(k, str) or k not in known for k in names):
+        raise ValueError(f"kinds must be a non-empty list of {known}, got {kinds!r}")
+    if shell == "fresh" and any(k in SHELL_TASKS for k in names):
+        needs = sorted(k for k in names if k in SHELL_TASKS)
+        raise ValueError(f"the kinds {needs} need shell='persistent'")
+    return names
 
 
 def oracle(env: Any) -> Policy:

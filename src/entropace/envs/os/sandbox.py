@@ -142,6 +142,9 @@ class SandboxLimits:
         max_command_chars: longest accepted command (longer ones are refused unrun).
         max_files: inodes of ``/work`` and of ``/tmp`` each (files, directories, symlinks;
             ``/.io`` and ``/.meta`` get 16); applied where the outer mount step is available.
+        cpu_seconds: CPU time (``ulimit -t``) of every process of a persistent shell (the
+            shell itself included), so a background job cannot spin for the whole episode;
+            the fresh mode's commands are bounded by ``timeout_s`` instead.
     """
 
     timeout_s: float = 5.0
@@ -153,6 +156,7 @@ class SandboxLimits:
     file_bytes: int = 8 * MiB
     max_command_chars: int = 16_000
     max_files: int = 4096
+    cpu_seconds: int = 60
 
     def __post_init__(self) -> None:
         if not (0 < self.timeout_s <= 600):
@@ -166,6 +170,8 @@ class SandboxLimits:
             raise ValueError(f"max_command_chars must be >= 1, got {self.max_command_chars}")
         if self.max_files < 64:
             raise ValueError(f"max_files must be >= 64, got {self.max_files}")
+        if self.cpu_seconds < 1:
+            raise ValueError(f"cpu_seconds must be >= 1, got {self.cpu_seconds}")
 
     @property
     def max_stream_bytes(self) -> int:
@@ -328,15 +334,37 @@ class Sandbox:
             fsize_kb=lim.file_bytes // 1024,
             timeout_s=f"{lim.timeout_s:g}",
         )
+        etc = ["--dir", "/etc"]
+        data = ["--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
+                "--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group"]  # fmt: skip
         if self.unshare is None:  # bwrap's own tmpfs: bytes capped, inodes not
             mounts = ["--size", str(lim.work_bytes), "--tmpfs", "/work",
                       "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp",
                       "--size", str(lim.output_bytes), "--tmpfs", "/.io",
                       "--size", "65536", "--tmpfs", "/.meta"]  # fmt: skip
-            outer: list[str] = []
         else:  # mounted by the outer step (see _OUTER), bound in by bwrap
             mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp",
                       "--bind", "/tmp/io", "/.io", "--bind", "/tmp/meta", "/.meta"]  # fmt: skip
+        tail = ["/usr/bin/bash", "-c", wrapper, "entropace-sandbox", command]
+        return self.bwrap_argv(etc, data, mounts, tail, fstab_fd, as_pid_1=False)
+
+    def bwrap_argv(
+        self,
+        etc: list[str],
+        data: list[str],
+        mounts: list[str],
+        tail: list[str],
+        fstab_fd: int | None,
+        *,
+        as_pid_1: bool,
+    ) -> list[str]:
+        """The full argv: the outer mount step (when ``unshare`` is used), then bwrap with the
+        common isolation options, ``etc`` (how ``/etc`` is made), the host files bound into it,
+        ``data`` (files made from fds), ``mounts`` (the writable tmpfs), then ``tail`` (the
+        program and its arguments). ``as_pid_1``: the program is the sandbox's PID 1 (no bwrap
+        reaper; used by the persistent shell's supervisor)."""
+        outer: list[str] = []
+        if self.unshare is not None:
             outer = [self.unshare, "--user", "--map-root-user", "--mount",
                      "--propagation", "private", "--", "/usr/bin/bash", "-c", _OUTER,
                      str(fstab_fd)]  # fmt: skip
@@ -345,18 +373,18 @@ class Sandbox:
             *outer,
             self.bwrap,
             "--unshare-all", "--unshare-user", *self._no_userns,
+            *(["--as-pid-1"] if as_pid_1 else []),
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(_INSIDE_UID), "--gid", str(_INSIDE_UID),
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
             "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
             "--proc", "/proc", "--dev", "/dev",
-            "--dir", "/etc",
+            *etc,
             # Debian's alternatives (awk -> mawk, ...) and the loader cache; nothing else of /etc.
             "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
             "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--perms", "0644", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
-            "--perms", "0644", "--ro-bind-data", str(group_fd), "/etc/group",
+            *data,
             *mounts,
             "--remount-ro", "/",
             "--chdir", "/work",
@@ -364,7 +392,7 @@ class Sandbox:
             "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
             "--setenv", "USER", "user", "--setenv", "LC_ALL", "C", "--setenv", "TERM", "dumb",
             "--",
-            "/usr/bin/bash", "-c", wrapper, "entropace-sandbox", command,
+            *tail,
         ]
         # fmt: on
 

@@ -28,12 +28,34 @@ import random
 import shlex
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from entropace.envs.os.procs import ProcessInfo
 from entropace.envs.os.tree import LEVELS, PRODUCTS, REGIONS, WORDS, LogLine, Tree
 from entropace.envs.os.worktree import WorkTree
 
-__all__ = ["BY_DIFFICULTY", "TASKS", "Task"]
+__all__ = ["BY_DIFFICULTY", "TASKS", "SystemState", "Task"]
+
+
+@dataclass(frozen=True)
+class SystemState:
+    """What the verifiers of the persistent-shell kinds see after the episode
+    (:mod:`entropace.envs.os.tasks_shell`).
+
+    Attributes:
+        tree: the final work tree (paths relative to ``/work``).
+        etc: final ``/etc`` files by name (``"passwd"``, ``"group"``).
+        processes: the sandbox's live processes at the end (PIDs as seen inside).
+        live: outputs of the task's ``probe_live`` commands, run in the agent's own shell.
+        fresh: outputs of the task's ``probe_fresh`` commands, run in a new shell after
+            every process of the agent was stopped.
+    """
+
+    tree: WorkTree
+    etc: dict[str, bytes]
+    processes: tuple[ProcessInfo, ...]
+    live: tuple[str, ...]
+    fresh: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,17 @@ class Task:
         commands: shell commands that solve the task (what the oracle runs).
         check: for goals, ``check(tree) -> (ok, reason)`` on the final work tree; None for
             questions (then the answer is compared with ``gold``).
+        verify: persistent-shell kinds: ``verify(state, answer) -> (ok, reason)`` on the final
+            :class:`SystemState` (``answer`` is None for goals); replaces ``check``/``gold``.
+        goal: whether the task is a goal (``done``) rather than a question; default: it is
+            when ``check`` is set.
+        setup: commands the environment runs in the persistent shell before the first
+            observation (their output is not shown), e.g. to start processes.
+        etc: ``/etc`` files of the persistent sandbox by name (``passwd``, ``group``);
+            empty: the default ones.
+        probe_live: commands run in the agent's own shell at the end (``SystemState.live``).
+        probe_fresh: commands run in a new shell at the end, after every process of the
+            agent was stopped (``SystemState.fresh``).
     """
 
     kind: str
@@ -54,10 +87,16 @@ class Task:
     gold: str
     commands: tuple[str, ...]
     check: Callable[[WorkTree], tuple[bool, str]] | None = None
+    verify: Callable[[SystemState, str | None], tuple[bool, str]] | None = None
+    goal: bool | None = None
+    setup: tuple[str, ...] = ()
+    etc: dict[str, bytes] = field(default_factory=dict)
+    probe_live: tuple[str, ...] = ()
+    probe_fresh: tuple[str, ...] = ()
 
     @property
     def is_goal(self) -> bool:
-        return self.check is not None
+        return self.goal if self.goal is not None else self.check is not None
 
 
 TaskFn = Callable[[random.Random, Tree], Task]

@@ -87,6 +87,7 @@ class Tree:
         scripts: ``scripts/<name>`` -> (content, mode).
         docs: ``docs/<name>`` -> content.
         other: every other file (nested sources, hidden caches, distractors) -> content.
+        extra: files a task adds with their own mode (path -> (content, mode)).
     """
 
     difficulty: str
@@ -98,6 +99,7 @@ class Tree:
     scripts: dict[str, tuple[str, int]] = field(default_factory=dict)
     docs: dict[str, str] = field(default_factory=dict)
     other: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, tuple[str, int]] = field(default_factory=dict)
     clock: int = 0  # seconds after the base time of the last log line (keeps ts unique)
 
     def next_ts(self, rng: random.Random) -> str:
@@ -129,6 +131,7 @@ class Tree:
             out[f"docs/{name}"] = (text, 0o644)
         for path, text in self.other.items():
             out[path] = (text, 0o644)
+        out.update(self.extra)
         return [
             FileSpec(path, text.encode(), mode, BASE_MTIME + 60 * i)
             for i, (path, (text, mode)) in enumerate(sorted(out.items()))

@@ -12,7 +12,7 @@ import posixpath
 import tarfile
 from dataclasses import dataclass
 
-__all__ = ["Entry", "FileSpec", "WorkTree", "build_archive", "read_tree"]
+__all__ = ["Entry", "FileSpec", "WorkTree", "build_archive", "read_etc", "read_tree"]
 
 _UID = 1000
 #: Fixed modification time of generated files (2024-03-01 00:00:00 UTC), so archives are
@@ -56,8 +56,9 @@ def _dirs_of(path: str) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def build_archive(files: list[FileSpec]) -> bytes:
-    """A tar archive (GNU format) with root ``work/`` holding ``files`` and their parent dirs.
+def build_archive(files: list[FileSpec], etc: dict[str, bytes] | None = None) -> bytes:
+    """A tar archive (GNU format) with root ``work/`` holding ``files`` and their parent dirs,
+    plus ``etc/<name>`` for each of ``etc`` (the persistent sandbox's ``/etc`` files).
 
     Deterministic: same files -> same bytes (fixed owner, mtimes and member order).
     """
@@ -74,7 +75,25 @@ def build_archive(files: list[FileSpec]) -> bytes:
             info.size, info.mode, info.mtime = len(f.content), f.mode, f.mtime
             info.uid = info.gid = _UID
             tar.addfile(info, io.BytesIO(f.content))
+        for name, content in sorted((etc or {}).items()):
+            info = tarfile.TarInfo(f"etc/{name}")
+            info.size, info.mode, info.mtime = len(content), 0o644, BASE_MTIME
+            info.uid = info.gid = _UID
+            tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()
+
+
+def read_etc(archive: bytes) -> dict[str, bytes]:
+    """The regular files directly under ``etc/`` in ``archive`` (name -> bytes; links and
+    other kinds are left out), read in memory."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        for member in tar:
+            name = member.name
+            if name.startswith("etc/") and "/" not in name[4:] and member.isreg():
+                f = tar.extractfile(member)
+                out[name[4:]] = f.read() if f is not None else b""
+    return out
 
 
 def read_tree(archive: bytes) -> WorkTree:

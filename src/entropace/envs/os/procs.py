@@ -1,0 +1,163 @@
+"""The host's view of a persistent sandbox's processes, read from ``/proc`` (never from it).
+
+A persistent shell session (:mod:`entropace.envs.os.session`) has to find, list and kill the
+processes of its sandbox without asking anything inside it: a command could lie, or could have
+killed or wedged whatever would answer. Every process of a sandbox descends from the sandbox's
+init (the supervisor, PID 1 of the sandbox's PID namespace; orphans are re-parented to it), so
+the host walks the tree from that process through ``/proc/<pid>/task/<tid>/children``.
+
+Processes are named by a :class:`ProcKey` (host PID, start time in clock ticks since boot), so a
+PID the kernel reused for another process is never mistaken for the one seen before, and
+signals go through a pidfd opened and checked against the key first
+(:func:`kill_process`), so they cannot hit a process that was started after the check.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+__all__ = [
+    "ProcKey",
+    "ProcessInfo",
+    "children",
+    "descendants",
+    "kill_process",
+    "list_processes",
+    "proc_key",
+]
+
+
+@dataclass(frozen=True, order=True)
+class ProcKey:
+    """A process as the host sees it: host PID and start time (ticks since boot)."""
+
+    pid: int
+    start: int
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One live process of a sandbox, as the agent sees it from inside.
+
+    Attributes:
+        pid: its PID inside the sandbox (what ``ps`` and ``$!`` show there).
+        ppid: its parent's PID inside the sandbox (0 for the sandbox's init).
+        argv: its command line (``/proc/<pid>/cmdline`` split on NUL).
+        state: the one-letter state of ``/proc/<pid>/stat`` (``R``, ``S``, ``T``, ...).
+    """
+
+    pid: int
+    ppid: int
+    argv: tuple[str, ...]
+    state: str
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    end = raw.rfind(b")")
+    return raw[end + 2 :].decode("ascii", "replace").split() if end >= 0 else None
+
+
+def proc_key(pid: int) -> ProcKey | None:
+    """The key of host process ``pid``, or None when it no longer exists."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return ProcKey(pid, int(fields[19]))  # field 22 of stat: starttime
+
+
+def children(pid: int) -> list[int]:
+    """Host PIDs of the children of ``pid`` (of all its threads); [] when it is gone."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(root: int) -> list[ProcKey]:
+    """Every live descendant of host process ``root`` (not ``root`` itself), parents first."""
+    found: list[ProcKey] = []
+    seen: set[int] = {root}
+    stack = [root]
+    while stack:
+        for child in children(stack.pop()):
+            if child in seen:
+                continue
+            seen.add(child)
+            key = proc_key(child)
+            if key is not None:
+                found.append(key)
+                stack.append(child)
+    return found
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def inner_pid(pid: int) -> int | None:
+    """The PID of host process ``pid`` in its innermost PID namespace (last ``NSpid``)."""
+    ns = _status(pid).get("NSpid", "").split()
+    return int(ns[-1]) if ns else None
+
+
+def list_processes(init: int) -> list[ProcessInfo]:
+    """The live processes of the sandbox whose init is host process ``init`` (init excluded;
+    zombies excluded), sorted by PID inside the sandbox."""
+    inner: dict[int, int] = {init: 1}
+    rows: list[tuple[int, int, tuple[str, ...], str]] = []
+    for key in descendants(init):
+        status = _status(key.pid)
+        ns = status.get("NSpid", "").split()
+        if not ns:
+            continue
+        inner[key.pid] = int(ns[-1])
+        state = status.get("State", "?").strip()[:1]
+        if state in ("Z", "X"):
+            continue
+        try:
+            with open(f"/proc/{key.pid}/cmdline", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        argv = tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a)
+        rows.append((int(ns[-1]), int(status.get("PPid", "0")), argv, state))
+    out = [ProcessInfo(pid, inner.get(ppid, 0), argv, st) for pid, ppid, argv, st in rows]
+    return sorted(out, key=lambda p: p.pid)
+
+
+def kill_process(key: ProcKey, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to the process ``key`` if it still is that process; True when sent."""
+    try:
+        fd = os.pidfd_open(key.pid)
+    except OSError:
+        return False
+    try:
+        if proc_key(key.pid) != key:  # the PID now names another process
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -1,0 +1,613 @@
+"""One long-lived bash per episode inside a bubblewrap sandbox (``OsEnv(shell="persistent")``).
+
+Layout (host pipes in brackets)::
+
+    host ──[ctl]──▶ supervisor (bash, PID 1 of the sandbox) ──[rep]──▶ host
+    host ──[cmd]──▶ agent shell (bash, child of the supervisor) ──[out]──▶ host
+                                                               └─[mark]──▶ host
+
+* The **sandbox** is the one the fresh mode uses (:meth:`Sandbox.bwrap_argv`: every namespace
+  unshared, no network, read-only ``/usr``, capped tmpfs), started with ``--as-pid-1``: the
+  supervisor is the PID namespace's init. The kernel drops every signal sent to an init from
+  inside its namespace unless it handles it, and the supervisor ignores the ones bash would
+  handle, so no command (``kill -9 -1``, ``kill -9 1``) can end it, and the sandbox (its files
+  in ``/work`` and ``/tmp``, its writable ``/etc``) lasts until the host ends it.
+* The supervisor unpacks the initial tar (``work/``, ``etc/passwd``, ``etc/group``), starts the
+  **agent shell** on request (again after the shell died), and at the end writes the final
+  tar. It forks only for those; it lists and kills nothing itself.
+* Each command goes to the agent shell's stdin as one line::
+
+      eval -- '<command, shell-quoted>' </dev/null >&7 2>&7; printf '%s %s\\n' TAG "$?" >&6
+
+  so it runs in that shell (``cd``, variables, functions, background jobs persist), reads
+  ``/dev/null`` (a command cannot eat the next one), writes to the output pipe through fd 7
+  (``exec >&-`` in a command lasts only for that command), and the **end marker** with the
+  exit status goes to its own pipe, tagged with a fresh random ``TAG`` (128 bits) per command:
+  printing a marker (or anything) on stdout cannot end a command early, and a marker with
+  another tag is ignored.
+* The **host** does all process control from ``/proc`` (:mod:`entropace.envs.os.procs`),
+  which nothing in the sandbox can influence: before a command it records the sandbox's
+  processes; at the time limit it SIGKILLs every process started since that is still a
+  descendant of the shell (the command's own process groups; background jobs of earlier
+  commands and daemons that detached to the init survive), and if the shell itself does not
+  come back within a grace period (a shell-builtin loop, ``exec sleep``), it kills the shell
+  and starts a new one. A shell that exits (``exit``, ``kill -9 $$``) is noticed through a
+  pidfd and replaced at once. The observation says what happened in each case.
+* A command that leaves the sandbox at its process limit (a fork bomb in the background) gets
+  every process it started killed, so nothing runs away between turns.
+* **Teardown** (:meth:`ShellSession.close`, the end of the episode, ``reset``, garbage
+  collection, interpreter exit, via :func:`weakref.finalize`): SIGKILL of bwrap's process
+  group; with ``--die-with-parent`` and the PID namespace gone, nothing of the sandbox survives,
+  and nothing was ever written to the host's disk (memfds and tmpfs only).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import shlex
+import signal
+import subprocess
+import time
+import weakref
+from dataclasses import dataclass
+
+from entropace.envs.os import procs
+from entropace.envs.os.sandbox import Sandbox, _memfd
+
+__all__ = ["SessionError", "ShellResult", "ShellSession"]
+
+_RESET = (
+    " in /work (the working directory, variables and functions were reset; files and "
+    "background processes were kept)"
+)
+
+#: Seconds a timed-out command's shell gets to report after its processes were killed.
+GRACE_S = 1.0
+#: Seconds the supervisor gets to answer a request (start a shell, write the final tar).
+SUPERVISOR_S = 10.0
+
+# The supervisor (PID 1). Its fds: 0 requests from the host, 1 replies, 3 the initial tar
+# (memfd), 4 the agent shell's command pipe, 5 the output pipe, 6 the marker pipe. The agent
+# shell gets 0=commands, 1=2=7=output, 6=markers and nothing else; `trap -` gives it the default
+# signal dispositions back. Requests: `shell TAG` (start a shell; reply `TAG PID STATUS`, STATUS
+# the exit status of the previous shell or -), `dump TAG` (write the final tar, then exit).
+_SUPERVISOR = r"""
+trap '' HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
+cd / || exit 97
+tar -x -p --no-same-owner -f - <&3 || exit 98
+exec 3<&-
+sh=
+while IFS=' ' read -r op tag; do
+  case $op in
+    shell)
+      st=-
+      if [ -n "$sh" ]; then wait "$sh"; st=$?; fi
+      (
+        trap - HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
+        ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} -t {cpu_s} 2>/dev/null
+        cd /work || exit 97
+        exec -a "entropace-shell-$0" /usr/bin/bash --noprofile --norc -s
+      ) <&4 >&5 2>&5 7>&5 4<&- 5>&- &
+      sh=$!
+      printf '%s %s %s\n' "$tag" "$sh" "$st" ;;
+    dump)
+      cd / && tar -c -f - work etc/passwd etc/group 2>/dev/null
+      exit 0 ;;
+  esac
+done
+exit 0
+"""
+
+_FSTAB = """\
+entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
+entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-etc /tmp/etc tmpfs size=262144,nr_inodes=64,mode=0755,X-mount.mkdir 0 0
+"""
+
+
+class SessionError(RuntimeError):
+    """The sandbox of a session could not be started or stopped working."""
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    """The outcome of one command in a persistent shell.
+
+    Attributes:
+        output: what the command (and background jobs meanwhile) wrote, at most
+            ``SandboxLimits.output_bytes`` bytes (``output_total`` counts all of it).
+        exit_code: the command's exit status; 137 when killed; None when its shell died or
+            was restarted before it reported one.
+        timed_out: the command hit the time limit.
+        note: what the session did besides running it ("" when nothing), for the observation.
+        restarted: the shell was replaced (its ``cd``, variables and functions are gone).
+        output_total: bytes of output seen, kept or not.
+        seconds: wall-clock time of the command.
+    """
+
+    output: bytes
+    exit_code: int | None
+    timed_out: bool
+    note: str
+    restarted: bool
+    output_total: int
+    seconds: float
+
+
+def _teardown(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
+    """Kill bwrap's process group (the sandbox dies with it), reap it, close the host fds."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a kernel that does not reap
+        pass
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+class ShellSession:
+    """A persistent bash in its own sandbox (see the module docstring).
+
+    Args:
+        sandbox: gives the bwrap binary, the limits and the isolation options.
+        state: the initial tar: ``work/...`` and optionally ``etc/passwd``, ``etc/group``.
+
+    Raises:
+        SessionError: when the sandbox or its first shell cannot be started.
+    """
+
+    def __init__(self, sandbox: Sandbox, state: bytes) -> None:
+        self.sandbox = sandbox
+        self.limits = sandbox.limits
+        self.tag = secrets.token_hex(8)  # names this session's processes (cmdline)
+        self.shell_starts = 0
+        self._closed = False
+        lim = self.limits
+        script = _SUPERVISOR.replace("{nproc}", str(lim.max_processes))
+        script = script.replace("{mem_kb}", str(lim.memory_bytes // 1024))
+        script = script.replace("{fsize_kb}", str(lim.file_bytes // 1024))
+        script = script.replace("{cpu_s}", str(lim.cpu_seconds))
+        ctl_r, ctl_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        cmd_r, cmd_w = os.pipe()
+        out_r, out_w = os.pipe()
+        mark_r, mark_w = os.pipe()
+        state_fd = _memfd(state, "entropace-state")
+        fstab_fd = None
+        if sandbox.unshare is not None:
+            fstab = _FSTAB.format(work=lim.work_bytes, tmp=lim.tmp_bytes, files=lim.max_files)
+            fstab_fd = _memfd(fstab.encode(), "entropace-fstab")
+            etc = ["--bind", "/tmp/etc", "/etc"]
+            mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp"]
+        else:
+            etc = ["--perms", "0755", "--size", "262144", "--tmpfs", "/etc"]
+            mounts = ["--size", str(lim.work_bytes), "--tmpfs", "/work",
+                      "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]  # fmt: skip
+        tail = ["/usr/bin/bash", "-c", script, self.tag]
+        argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_fd, as_pid_1=True)
+        # The supervisor expects its pipes on fds 3..6: park them on fds >= 100 first, so
+        # the trampoline's dup2s cannot overwrite one another, then move them in place.
+        parked = [_park(fd, 100 + i) for i, fd in enumerate((state_fd, cmd_r, out_w, mark_w))]
+        if fstab_fd is not None:
+            high = _park(fstab_fd, 104)
+            os.close(fstab_fd)
+            fstab_fd = high
+            argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_fd, as_pid_1=True)
+        for fd in (state_fd, cmd_r, out_w, mark_w):
+            os.close(fd)
+        state_fd, cmd_r, out_w, mark_w = parked
+        trampoline = (
+            f"exec 3<&{state_fd} 4<&{cmd_r} 5>&{out_w} 6>&{mark_w} "
+            f'{state_fd}<&- {cmd_r}<&- {out_w}>&- {mark_w}>&-; exec "$@"'
+        )
+        kwargs: dict[str, object] = {}
+        host_uid = sandbox._host_uid
+        if host_uid is not None:
+            kwargs = {"user": host_uid, "group": host_uid, "extra_groups": []}
+        passed = [state_fd, cmd_r, out_w, mark_w, *([fstab_fd] if fstab_fd is not None else [])]
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv; commands run in the sandbox
+                ["/usr/bin/bash", "-c", trampoline, "entropace-trampoline", *argv],
+                stdin=ctl_r,
+                stdout=rep_w,
+                stderr=subprocess.DEVNULL,
+                pass_fds=passed,
+                start_new_session=True,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except OSError as exc:
+            for fd in (ctl_r, ctl_w, rep_r, rep_w, cmd_w, out_r, mark_r, *passed):
+                os.close(fd)
+            raise SessionError(f"could not start bwrap: {exc}") from exc
+        for fd in (ctl_r, rep_w, *passed):
+            os.close(fd)
+        for fd in (rep_r, out_r, mark_r, cmd_w):
+            os.set_blocking(fd, False)
+        self._ctl, self._rep, self._cmd, self._out, self._mark = ctl_w, rep_r, cmd_w, out_r, mark_r
+        self._fds = [ctl_w, rep_r, cmd_w, out_r, mark_r]
+        self._finalizer = weakref.finalize(self, _teardown, self._proc, self._fds)
+        self._rep_buf = b""
+        self._mark_buf = b""
+        self.init_pid: int | None = None
+        self.shell: procs.ProcKey | None = None
+        self.shell_inner_pid = 0
+        self._shell_fd: int | None = None
+        try:
+            self._start_shell()
+        except SessionError:
+            self.close()
+            raise
+
+    # -- supervisor requests ---------------------------------------------------------------
+
+    def _request(self, op: str) -> list[str]:
+        """Send ``op TAG`` to the supervisor and return the fields of its ``TAG ...`` reply."""
+        tag = secrets.token_hex(16)
+        try:
+            os.write(self._ctl, f"{op} {tag}\n".encode())
+        except OSError as exc:
+            raise SessionError(f"the sandbox stopped ({exc})") from exc
+        deadline = time.monotonic() + SUPERVISOR_S
+        while True:
+            while b"\n" in self._rep_buf:
+                line, self._rep_buf = self._rep_buf.split(b"\n", 1)
+                fields = line.decode("ascii", "replace").split()
+                if fields and fields[0] == tag:
+                    return fields[1:]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SessionError(f"the sandbox did not answer {op!r} in {SUPERVISOR_S:g} s")
+            if not _wait_readable(self._rep, left):
+                continue
+            try:
+                data = os.read(self._rep, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise SessionError(f"the sandbox stopped (while asked to {op})")
+            self._rep_buf = (self._rep_buf + data)[-(1 << 16) :]
+
+    def _find_init(self) -> int:
+        """Host PID of the sandbox's init (the supervisor): the descendant of bwrap that is
+        PID 1 of its namespace."""
+        deadline = time.monotonic() + SUPERVISOR_S
+        while time.monotonic() < deadline:
+            for key in procs.descendants(self._proc.pid):
+                if procs.inner_pid(key.pid) == 1:
+                    return key.pid
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.002)
+        raise SessionError("the sandbox's supervisor did not start")
+
+    def _start_shell(self) -> str:
+        """Start an agent shell; returns the previous shell's exit status ('-' if none)."""
+        if self._shell_fd is not None:
+            os.close(self._shell_fd)
+            self._shell_fd = None
+        fields = self._request("shell")
+        if len(fields) != 2 or not fields[0].isdigit():
+            raise SessionError(f"unexpected answer from the sandbox: {fields!r}")
+        if self.init_pid is None:
+            self.init_pid = self._find_init()
+        inner = int(fields[0])
+        for key in procs.descendants(self.init_pid):
+            if procs.inner_pid(key.pid) == inner:
+                self.shell = key
+                break
+        else:
+            raise SessionError("the new shell could not be found in /proc")
+        self.shell_inner_pid = inner
+        try:
+            self._shell_fd = os.pidfd_open(self.shell.pid)
+        except OSError as exc:
+            raise SessionError(f"the new shell exited at once ({exc})") from exc
+        if procs.proc_key(self.shell.pid) != self.shell:
+            raise SessionError("the new shell exited at once")
+        self.shell_starts += 1
+        return fields[1]
+
+    # -- process control -------------------------------------------------------------------
+
+    def _snapshot(self) -> set[procs.ProcKey]:
+        assert self.init_pid is not None
+        return set(procs.descendants(self.init_pid))
+
+    def _kill_new(self, before: set[procs.ProcKey], *, everywhere: bool) -> int:
+        """SIGKILL the processes started since ``before``: those reachable from the shell
+        through new processes only, or (``everywhere``) every new process of the sandbox.
+        Repeats until a pass finds none (a forking process cannot outrun it). Returns the
+        number killed."""
+        assert self.init_pid is not None and self.shell is not None
+        total = 0
+        for _ in range(200):
+            if everywhere:
+                new = [k for k in procs.descendants(self.init_pid) if k not in before]
+            else:
+                new, stack = [], [self.shell.pid]
+                while stack:
+                    for child in procs.children(stack.pop()):
+                        key = procs.proc_key(child)
+                        if key is not None and key not in before:
+                            new.append(key)
+                            stack.append(child)
+            killed = sum(procs.kill_process(k) for k in new if k != self.shell)
+            total += killed
+            if not killed:
+                break
+        return total
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the sandbox except its init (the supervisor), until none
+        is left (zombies wait for the supervisor to reap them)."""
+        assert self.init_pid is not None
+        for _ in range(500):
+            alive = [
+                k for k in procs.descendants(self.init_pid) if _state(k.pid) not in ("Z", "X", None)
+            ]
+            if not alive:
+                return
+            for key in alive:
+                procs.kill_process(key)
+            time.sleep(0.001)
+
+    def processes(self) -> list[procs.ProcessInfo]:
+        """The sandbox's live processes as seen inside (the supervisor excluded)."""
+        assert self.init_pid is not None
+        return procs.list_processes(self.init_pid)
+
+    def restart_shell(self) -> None:
+        """Kill the shell (and what it runs) and start a new one; files and other processes
+        stay."""
+        if self.shell is not None:
+            procs.kill_process(self.shell)
+            _wait_readable(self._shell_fd, GRACE_S)
+        self._start_shell()
+
+    def _shell_alive(self) -> bool:
+        return self._shell_fd is not None and not _wait_readable(self._shell_fd, 0)
+
+    # -- running commands ------------------------------------------------------------------
+
+    def run(self, command: str) -> ShellResult:
+        """Run one command in the shell (see the module docstring); never raises on a bad
+        command. Raises :class:`SessionError` when the sandbox itself is gone."""
+        if self._closed:
+            raise SessionError("the session is closed")
+        start = time.monotonic()
+        lim = self.limits
+        if not self._shell_alive():
+            self._start_shell()
+        before = self._snapshot()
+        tag = secrets.token_hex(16)
+        line = (
+            f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; "
+            f"printf '%s %s\\n' {tag} \"$?\" >&6\n"
+        ).encode("utf-8", "surrogateescape")
+        out = bytearray()
+        total = 0
+        exit_code: int | None = None
+        timed_out = False
+        outcome = "hung"  # or "done" (its marker came) or "died" (the shell exited)
+        deadline = start + lim.timeout_s
+        pending = memoryview(line)
+        assert self._shell_fd is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._out, selectors.EVENT_READ, "out")
+            sel.register(self._mark, selectors.EVENT_READ, "mark")
+            sel.register(self._shell_fd, selectors.EVENT_READ, "shell")
+            sel.register(self._cmd, selectors.EVENT_WRITE, "cmd")
+            while outcome == "hung":
+                now = time.monotonic()
+                if now >= deadline:
+                    if timed_out:
+                        break  # no marker within the grace period either
+                    timed_out = True
+                    self._kill_new(before, everywhere=False)
+                    deadline = now + GRACE_S
+                    continue
+                for key, _ in sel.select(deadline - now):
+                    if key.data == "cmd":
+                        pending = self._feed(pending)
+                        if not pending:
+                            sel.unregister(self._cmd)
+                    elif key.data == "out":
+                        total += self._drain(out, total)
+                    elif key.data == "mark":
+                        exit_code = self._read_marker(tag)
+                        if exit_code is not None:
+                            outcome = "done"
+                    elif outcome == "hung":  # the shell's pidfd: it exited
+                        outcome = "died"
+            total += self._drain(out, total)
+        note = ""
+        if outcome == "died":
+            status = self._start_shell()
+            exit_code = int(status) if status.isdigit() else None
+            why = f"the shell exited with status {status}" if status.isdigit() else "it exited"
+            note = f"{why}; a new shell was started{_RESET}"
+        elif outcome == "hung":
+            self._kill_new(before, everywhere=False)
+            self.restart_shell()
+            exit_code = 137
+            note = (
+                f"killed after the {lim.timeout_s:g} s time limit; the shell did not recover "
+                f"and was restarted{_RESET}"
+            )
+        elif timed_out:
+            note = f"killed after the {lim.timeout_s:g} s time limit"
+        swarm = self._swarm(before)
+        if swarm:
+            note = (note + "; " if note else "") + (
+                f"the sandbox reached its limit of {lim.max_processes} processes, so the "
+                f"{swarm} processes this command left running were killed"
+            )
+            total += self._drain(out, total)
+        return ShellResult(
+            bytes(out),
+            exit_code,
+            timed_out,
+            note,
+            outcome != "done",
+            total,
+            time.monotonic() - start,
+        )
+
+    def _feed(self, pending: memoryview) -> memoryview:
+        """Write what the shell's stdin pipe takes of ``pending``; the rest."""
+        try:
+            return pending[os.write(self._cmd, pending) :]
+        except BlockingIOError:
+            return pending
+        except OSError:  # nobody reads the pipe any more: the shell's death says the rest
+            return pending[len(pending) :]
+
+    def _swarm(self, before: set[procs.ProcKey]) -> int:
+        """Kill what a command left running when the sandbox is near its process limit."""
+        assert self.init_pid is not None
+        limit = self.limits.max_processes
+        for attempt in range(2):
+            alive = procs.descendants(self.init_pid)
+            if len(alive) >= limit // 2:
+                return self._kill_new(before, everywhere=True)
+            if attempt == 0 and all(k in before or k == self.shell for k in alive):
+                return 0  # nothing new is running: no fork bomb
+            time.sleep(0.03)
+        return 0
+
+    def _drain(self, out: bytearray, total: int) -> int:
+        """Read what the output pipe holds now; keep up to ``output_bytes``. Returns bytes
+        read."""
+        got = 0
+        cap = self.limits.output_bytes
+        while True:
+            try:
+                data = os.read(self._out, 1 << 16)
+            except BlockingIOError:
+                return got
+            if not data:
+                return got
+            got += len(data)
+            room = cap - len(out)
+            if room > 0:
+                out += data[:room]
+            if got > 1 << 22 and total + got > cap:  # keep the loop responsive
+                return got
+
+    def _read_marker(self, tag: str) -> int | None:
+        """Read marker lines; the exit status of the line with ``tag``, else None."""
+        try:
+            data = os.read(self._mark, 1 << 16)
+        except BlockingIOError:
+            return None
+        self._mark_buf = (self._mark_buf + data)[-(1 << 14) :]
+        found = None
+        while b"\n" in self._mark_buf:
+            raw, self._mark_buf = self._mark_buf.split(b"\n", 1)
+            fields = raw.decode("ascii", "replace").split()
+            if len(fields) == 2 and fields[0] == tag and fields[1].isdigit():
+                found = int(fields[1])
+        return found
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def dump(self) -> bytes:
+        """Stop every process, then the final tar (``work/``, ``etc/passwd``, ``etc/group``);
+        ends the session. Raises :class:`SessionError` when the sandbox cannot write it or it
+        exceeds ``SandboxLimits.max_stream_bytes``."""
+        self.kill_all()
+        tag = secrets.token_hex(16)
+        self._rep_buf = b""
+        while True:  # discard whatever is in the reply pipe (no process is left to write it)
+            try:
+                if not os.read(self._rep, 1 << 16):
+                    break
+            except BlockingIOError:
+                break
+        try:
+            os.write(self._ctl, f"dump {tag}\n".encode())
+        except OSError as exc:
+            self.close()
+            raise SessionError(f"the sandbox stopped ({exc})") from exc
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + SUPERVISOR_S
+        cap = self.limits.max_stream_bytes
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SessionError("the sandbox did not write its final state in time")
+                if not _wait_readable(self._rep, left):
+                    continue
+                try:
+                    data = os.read(self._rep, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    break
+                size += len(data)
+                if size > cap:
+                    raise SessionError("the final work tree is larger than the sandbox allows")
+                chunks.append(data)
+        finally:
+            self.close()
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        """Tear the sandbox down (idempotent)."""
+        self._closed = True
+        if getattr(self, "_shell_fd", None) is not None:
+            os.close(self._shell_fd)
+            self._shell_fd = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def bwrap_pid(self) -> int:
+        """Host PID of the bwrap process (its process group holds the whole sandbox)."""
+        return self._proc.pid
+
+
+def _park(fd: int, at_least: int) -> int:
+    """A duplicate of ``fd`` numbered ``at_least`` or higher (close-on-exec; ``pass_fds``
+    hands it to the child)."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, at_least)
+
+
+def _wait_readable(fd: int | None, timeout: float) -> bool:
+    if fd is None:
+        return False
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        return bool(sel.select(max(0.0, timeout)))
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    end = raw.rfind(b")")
+    return raw[end + 2 : end + 3].decode("ascii", "replace") if end >= 0 else None
