@@ -66,6 +66,8 @@ class _Episode:
     last_stop_text: str | None = None
     kv: PrefixKV | None = None  # keys/values of ids[:kv.length] (fast path only)
     tools: Tools | None = None  # the env's tool schemas (interface="tools"), rendered each turn
+    parse_errors: int = 0  # steps whose info has parse_error (tool errors included)
+    tool_errors: int = 0  # steps whose info names a tool_error (interface="tools")
 
     @property
     def done(self) -> bool:
@@ -326,6 +328,8 @@ class _Engine:
             self.timings["env_s"] += time.perf_counter() - t0
         ep.reward += reward
         ep.success = ep.success or bool(info.get("success", False))
+        ep.parse_errors += bool(info.get("parse_error", False))
+        ep.tool_errors += bool(info.get("tool_error"))
 
         if terminated:
             ep.end_reason = "terminated"
@@ -532,5 +536,7 @@ def _task_counts(episodes: list[_Episode], names: list[str]) -> dict[str, dict[s
             "abnormal": sum(ep.end_reason != "terminated" for ep in eps),
             "generated_tokens": sum(ep.generated for ep in eps),
             "turns": sum(ep.turns for ep in eps),
+            "parse_errors": sum(ep.parse_errors for ep in eps),
+            "tool_errors": sum(ep.tool_errors for ep in eps),
         }
     return out

@@ -49,7 +49,9 @@ class RolloutResult:
             prefilled for generation, padding included) and ``cached_tokens`` (positions
             taken from key/value caches instead: ``rollout.share_prefix`` / ``reuse_kv``).
         task_counts: per task: ``episodes``, ``successes``, ``abnormal``, ``generated_tokens``,
-            ``turns``.
+            ``turns``, ``parse_errors`` (steps whose info has ``parse_error``: an unparseable
+            action, or any tool error) and ``tool_errors`` (steps with an ``info["tool_error"]``,
+            the tools interface's malformed calls).
         generate_batch_sizes: the batch size of every ``generate`` call, in order.
     """
 
