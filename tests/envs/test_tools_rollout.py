@@ -206,3 +206,6 @@ def test_sampled_tool_episodes_with_kv_reuse(tiny_model_and_tokenizer: tuple[Any
         assert decoded == text
         user_turns = [m for m in record.messages[2:] if m["role"] == "user"]
         assert all("No tool call found" in m["content"] for m in user_turns)
+    # every step of a random model is a malformed or missing call: counted per task
+    for task, c in result.task_counts.items():
+        assert c["tool_errors"] == c["parse_errors"] == c["turns"] > 0, task
