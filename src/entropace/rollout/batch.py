@@ -8,6 +8,7 @@ columns ``1:`` of the per-token tensors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -25,6 +26,36 @@ class EpisodeRecord:
     reward: float
     success: bool
     end_reason: str  # "terminated" | "truncated_turns" | "length" | "parse_error" | ...
+    scores: dict[str, float] = field(default_factory=dict)  # last info value of SCORE_KEYS
+
+
+#: Per-episode scores an environment may report in its step info, besides reward and success
+#: (``kg``: ``f1``, AgentBench-KG's answer F1); the rollout keeps the last value of an episode.
+SCORE_KEYS: tuple[str, ...] = ("f1",)
+
+
+def info_scores(info: dict[str, Any]) -> dict[str, float]:
+    """The finite numeric :data:`SCORE_KEYS` values of one step's ``info``."""
+    out: dict[str, float] = {}
+    for key in SCORE_KEYS:
+        value = info.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+def task_scores(episodes: list[EpisodeRecord]) -> dict[str, float]:
+    """``task/<task>/<score>``: each score's mean over the task's episodes.
+
+    A task that reports a score reports it on every step, so an episode of that task without
+    it ended before its first step and counts as 0. Tasks that never report it are left out.
+    """
+    out: dict[str, float] = {}
+    for task in sorted({ep.task for ep in episodes}):
+        eps = [ep for ep in episodes if ep.task == task]
+        for key in sorted({k for ep in eps for k in ep.scores}):
+            out[f"task/{task}/{key}"] = sum(ep.scores.get(key, 0.0) for ep in eps) / len(eps)
+    return out
 
 
 @dataclass

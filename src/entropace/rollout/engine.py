@@ -26,13 +26,13 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from entropace.envs.base import TurnLimit
-from entropace.rollout.batch import EpisodeRecord, RolloutBatch
+from entropace.rollout.batch import EpisodeRecord, RolloutBatch, info_scores
 from entropace.rollout.chat import ChatLayout, Message, Tools, observation_message
 from entropace.rollout.config import RolloutConfig
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
@@ -68,6 +68,7 @@ class _Episode:
     tools: Tools | None = None  # the env's tool schemas (interface="tools"), rendered each turn
     parse_errors: int = 0  # steps whose info has parse_error (tool errors included)
     tool_errors: int = 0  # steps whose info names a tool_error (interface="tools")
+    scores: dict[str, float] = field(default_factory=dict)  # last info_scores of the episode
 
     @property
     def done(self) -> bool:
@@ -330,6 +331,7 @@ class _Engine:
         ep.success = ep.success or bool(info.get("success", False))
         ep.parse_errors += bool(info.get("parse_error", False))
         ep.tool_errors += bool(info.get("tool_error"))
+        ep.scores.update(info_scores(info))
 
         if terminated:
             ep.end_reason = "terminated"
@@ -476,6 +478,7 @@ def collect_rollouts(
             reward=float(r),
             success=ep.success,
             end_reason=str(ep.end_reason),
+            scores=dict(ep.scores),
         )
         for ep, r in zip(episodes, rewards, strict=True)
     ]

@@ -389,6 +389,7 @@ def train(
     SIGTERM writes a checkpoint after the current step and returns (``stopped_by`` set).
     """
     from entropace.rollout import collect_rollouts
+    from entropace.rollout.batch import task_scores
 
     run_dir = Path(run_dir)
     prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
@@ -460,6 +461,7 @@ def train(
                 t_update = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed)
                 metrics = update_step(learner, batch, generator=generator)
+                metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
                 if audit is not None:
                     metrics.update(audit.finish(model))
                     metrics["time/audit"] = audit.seconds
