@@ -312,3 +312,42 @@ def test_start_audit_runs_on_every_nth_step_only() -> None:
 def test_config_errors_name_the_audit_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, [*OVERRIDES, override])
+
+
+def test_report_draws_the_audit_figure_and_summary(runs, tmp_path) -> None:
+    import json
+
+    from entropace.report import load_run, write_report
+    from entropace.report.plots import audit_figure
+    from entropace.report.summary import audit_summary
+
+    off, on = runs
+    assert not audit_figure().needs(load_run(off))  # no audit keys: no figure
+    summary = write_report([on, off], tmp_path / "report")
+    machine = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert "audit.png" in machine["figures"] and (tmp_path / "report" / "audit.png").exists()
+    assert "## Polarity audit" in summary.read_text()
+    assert machine["runs"]["off"]["audit"] is None
+    got = machine["runs"]["on"]["audit"]
+    rows = read_metrics(on)
+    assert got["audited"] == 3
+    finite = [r["audit/sign_agreement"] for r in rows if math.isfinite(r["audit/sign_agreement"])]
+    assert got["audit/sign_agreement"] == pytest.approx(np.mean(finite))
+    assert got["audit/probe_dH_neg"] == pytest.approx(
+        np.mean([r["audit/probe_dH_neg"] for r in rows if math.isfinite(r["audit/probe_dH_neg"])])
+    )
+
+    # the error exponent is the log-log slope of first_order_error against the logit step
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    lines = [
+        {"step": s, "audit/states": 8, "audit/logit_step_norm": x,
+         "audit/first_order_error": 3 * x**2, "audit/first_order_rel_error": 0.1 * s}
+        for s, x in ((10, 0.1), (20, 0.4), (30, 0.2), (40, 1.5))
+    ]  # fmt: skip
+    lines.insert(1, {"step": 11, "loss": 1.0})  # a step without an audit
+    (fake / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    fa = audit_summary(load_run(fake))
+    assert fa["audited"] == 4 and fa["error_exponent"] == pytest.approx(2.0)
+    assert fa["first_order_rel_error"] == pytest.approx(2.5)  # median of 1, 2, 3, 4
+    assert fa["audit/sign_agreement"] is None

@@ -15,7 +15,7 @@ import numpy as np
 from entropace.diagnostics import ema_smooth
 from entropace.report.runs import RunData
 
-__all__ = ["FigureSpec", "Panel", "draw_figure", "figures", "task_colours"]
+__all__ = ["FigureSpec", "Panel", "audit_figure", "draw_figure", "figures", "task_colours"]
 
 # A panel draws one run into one axes and returns False if the run has none of its data.
 PanelFn = Callable[["object", RunData, dict[str, str]], bool]
@@ -133,6 +133,65 @@ def _has_keys(*keys: str) -> Callable[[RunData], bool]:
     return lambda run: any(run.get(k) is not None for k in keys)
 
 
+def _paired(run: RunData, x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values of two keys at the steps where both are finite and > 0 (for log-log axes)."""
+    xs, ys = run.get(x_key), run.get(y_key)
+    if xs is None or ys is None:
+        return np.empty(0), np.empty(0)
+    common, ix, iy = np.intersect1d(xs.steps, ys.steps, return_indices=True)
+    x, y = xs.values[ix], ys.values[iy]
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    return x[keep], y[keep]
+
+
+def _first_order_panel(ax, run: RunData, colours: dict[str, str]) -> bool:
+    """Polarity audit: ``|dH - dH_lin|`` against the logit step per audited step (log-log),
+    with a slope-2 guide through the median point (the Taylor remainder is quadratic)."""
+    x, y = _paired(run, "audit/logit_step_norm", "audit/first_order_error")
+    if not x.size:
+        return False
+    ax.scatter(x, y, s=12, color="C0", label="audited step")
+    guide = np.array([x.min(), x.max()])
+    x0, y0 = float(np.median(x)), float(np.median(y))
+    ax.plot(guide, y0 * (guide / x0) ** 2, color="k", linestyle="--", linewidth=0.8,
+            label="slope 2")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("RMS logit step |dx|", fontsize=8)
+    return True
+
+
+AUDIT_AGREEMENT = (
+    "audit/sign_agreement",
+    "audit/spearman",
+    "audit/sign_agreement_pos",
+    "audit/sign_agreement_neg",
+)
+AUDIT_REALISED = ("audit/dH_pos", "audit/dH_neg", "audit/dH_mean")
+AUDIT_PROBE = ("audit/probe_dH_pos", "audit/probe_dH_neg")
+
+
+def audit_figure() -> FigureSpec:
+    """PAPO's polarity audit inside training (``audit/*`` keys; ``audit.every``)."""
+    first_order = Panel(
+        "audit: first-order error |dH - dH_lin|",
+        _first_order_panel,
+        _has_keys("audit/first_order_error"),
+    )
+    return FigureSpec(
+        "audit.png",
+        "Polarity audit (audited steps): token-level sign agreement / Spearman of P and the "
+        "realised dH (P != 0 tokens; 0.5 = chance), mean realised dH per branch, the probe's "
+        "branch-restricted steps, and the first-order error against the step size.",
+        (
+            _keys_panel("audit: P vs realised dH", AUDIT_AGREEMENT),
+            _keys_panel("audit: mean realised dH", AUDIT_REALISED),
+            _keys_panel("audit: probe dH (one step per branch)", AUDIT_PROBE),
+            first_order,
+        ),
+    )
+
+
 def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) -> list[FigureSpec]:
     """The report's figures, in order."""
     return [
@@ -164,6 +223,7 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
                 _keys_panel("branch weights", ["polarity/w_plus", "polarity/w_minus"]),
             ),
         ),
+        audit_figure(),
         FigureSpec(
             "training.png",
             "Global training signals.",
@@ -207,7 +267,7 @@ def draw_figure(spec: FigureSpec, runs: Sequence[RunData], out: Path) -> Path:
                 ax.grid(alpha=0.3)
             else:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-            if row == nrows - 1:
+            if row == nrows - 1 and not ax.get_xlabel():  # a panel may name its own x axis
                 ax.set_xlabel("step")
     fig.savefig(out)
     return out

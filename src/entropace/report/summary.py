@@ -34,7 +34,13 @@ from entropace.diagnostics import (
 from entropace.report.plots import draw_figure, figures
 from entropace.report.runs import RunData, load_run
 
-__all__ = ["DEFAULT_CROSSOVER_EMA", "PaceDiagnostics", "pace_diagnostics", "write_report"]
+__all__ = [
+    "DEFAULT_CROSSOVER_EMA",
+    "PaceDiagnostics",
+    "audit_summary",
+    "pace_diagnostics",
+    "write_report",
+]
 
 DEFAULT_CROSSOVER_EMA = 0.9
 
@@ -177,6 +183,49 @@ def _last_mean(run: RunData, key: str, n: int = 5) -> float | None:
     return float(np.mean(s.finite().values[-n:]))
 
 
+#: ``audit/*`` keys averaged over a run's audited steps in the summary (column, key).
+AUDIT_COLUMNS = (
+    ("sign agreement", "audit/sign_agreement"),
+    ("Spearman", "audit/spearman"),
+    ("dH (P>0)", "audit/dH_pos"),
+    ("dH (P<0)", "audit/dH_neg"),
+    ("probe dH+", "audit/probe_dH_pos"),
+    ("probe dH-", "audit/probe_dH_neg"),
+)
+
+
+def audit_summary(run: RunData) -> dict[str, float | int | None] | None:
+    """The polarity audit of a run (``audit.every``), or None if it has no audited step.
+
+    ``audited``: steps with an audit; each :data:`AUDIT_COLUMNS` key: mean over the audited
+    steps where it is finite; ``first_order_rel_error``: median of
+    ``audit/first_order_rel_error``; ``error_exponent``: least-squares slope of
+    ``log first_order_error`` against ``log logit_step_norm`` over the audited steps (about 2
+    where the first-order term dominates; None with fewer than 3 usable steps).
+    """
+    states = run.get("audit/states")
+    if states is None or not len(states):
+        return None
+    out: dict[str, float | int | None] = {"audited": len(states)}
+    for _, key in AUDIT_COLUMNS:
+        s = run.get(key)
+        f = s.finite() if s is not None else None
+        out[key] = float(np.mean(f.values)) if f is not None and len(f) else None
+    rel = run.get("audit/first_order_rel_error")
+    rel_f = rel.finite() if rel is not None else None
+    out["first_order_rel_error"] = float(np.median(rel_f.values)) if rel_f else None
+    x, y = run.get("audit/logit_step_norm"), run.get("audit/first_order_error")
+    out["error_exponent"] = None
+    if x is not None and y is not None:
+        _, ix, iy = np.intersect1d(x.steps, y.steps, return_indices=True)
+        lx, ly = x.values[ix], y.values[iy]
+        keep = np.isfinite(lx) & np.isfinite(ly) & (lx > 0) & (ly > 0)
+        lx, ly = np.log(lx[keep]), np.log(ly[keep])
+        if lx.size >= 3 and np.ptp(lx) > 0:
+            out["error_exponent"] = float(np.polyfit(lx, ly, 1)[0])
+    return out
+
+
 def write_report(
     runs: Sequence[str | Path],
     out_dir: str | Path,
@@ -276,6 +325,30 @@ def write_report(
             )
         )
 
+    audits = {run.name: audit_summary(run) for run in data}
+    if any(a is not None for a in audits.values()):
+        blocks.append(("h", 2, "Polarity audit"))
+        blocks.append(
+            (
+                "p",
+                "audit.every (ALGORITHMS.md section 4): means over the audited steps of the "
+                "token-level sign agreement and Spearman correlation of the predicted polarity P "
+                "and the realised entropy change dH (P != 0 tokens; 0.5 is chance), the mean "
+                "realised dH on each branch, the probe's mean dH after one step on each branch; "
+                "first-order error: median |dH - dH_lin| / |dH|, and its exponent against the "
+                "logit step size (2 where the first-order term dominates).",
+            )
+        )
+        head = ["run", "audited steps", *(c for c, _ in AUDIT_COLUMNS)]
+        head += ["first-order rel. error", "error exponent"]
+        audit_rows = [
+            [n, a["audited"], *(a[k] for _, k in AUDIT_COLUMNS)]
+            + [a["first_order_rel_error"], a["error_exponent"]]
+            for n, a in audits.items()
+            if a is not None
+        ]
+        blocks.append(("table", head, audit_rows))
+
     notes: list[str] = [f"{r.name}: {n}" for r in data for n in r.notes]
     marks = {n: d.crossover_marks for n, d in diags.items()}
     blocks.append(("h", 2, "Figures"))
@@ -307,6 +380,7 @@ def write_report(
                 "trend_r2": diags[n].trend_r2,
                 "spike_amplitude": diags[n].spike_amplitude,
                 "per_task": diags[n].per_task,
+                "audit": audits[n],
             }
             for n, r in ((r.name, r) for r in data)
         },
