@@ -12,6 +12,12 @@ Per difficulty, over seeds ``0..n-1`` (train split), with a fresh environment pe
   ``SELECT COUNT(*) FROM t``, ``SELECT DISTINCT c FROM t``), on a random table;
 * oracle success: fraction of seeds the scripted oracle solves.
 
+Write tasks (``kinds="insert,update,delete"``), per difficulty, the same way: reset (instance
+generation including the gold statements on a private copy, plus the agent's own private
+copy), the three exploratory queries, each gold statement (``SQL: INSERT/UPDATE/DELETE ...``)
+and ``Answer: done`` (the final-state comparison), timed separately by action type. Then the
+worst case of the comparison: ``Answer`` after the agent duplicated all 27,004 flights.
+
 The database build (once per cache) is timed separately and excluded from the above.
 """
 
@@ -127,6 +133,82 @@ def main() -> None:
     print(
         f"\nAll steps: median {statistics.median(all_steps) * 1e3:.2f} ms, "
         f"p95 {_pct(all_steps, 0.95) * 1e3:.2f} ms (goal: p95 < 50 ms)."
+    )
+    _bench_writes(args.n, rng)
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{statistics.median(xs) * 1e3:.2f} / {_pct(xs, 0.95) * 1e3:.2f}"
+
+
+def _bench_writes(n: int, rng: random.Random) -> None:
+    """Write tasks: reset, reads, writes and the final comparison, per difficulty."""
+    from entropace.envs.db.private import PrivateDb
+
+    print('\n## Write tasks (`kinds="insert,update,delete"`)\n')
+    print(
+        "| difficulty | seeds | oracle success | reset median / p95 ms | read steps median / p95 "
+        "ms | write steps | write median / p95 ms | Answer (compare) median / p95 ms | "
+        "all steps p95 ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    s = spec("db")
+    every: list[float] = []
+    for difficulty in ("easy", "medium", "hard"):
+        resets, reads, writes, answers = [], [], [], []
+        solved = 0
+        for seed in range(n):
+            env = make("db", difficulty=difficulty, kinds="insert,update,delete")
+            t = time.perf_counter()
+            _, info = env.reset(seed)
+            resets.append(time.perf_counter() - t)
+            for action in _explore_actions(info["database"], rng):
+                t = time.perf_counter()
+                env.step(action)
+                reads.append(time.perf_counter() - t)
+            policy = s.oracle(env)
+            obs = ""
+            while True:
+                action = policy(obs)
+                t = time.perf_counter()
+                obs, _, terminated, truncated, step_info = env.step(action)
+                dt = time.perf_counter() - t
+                (answers if action.startswith("Answer:") else writes).append(dt)
+                if terminated or truncated:
+                    solved += int(step_info["success"])
+                    break
+        every += reads + writes + answers
+        print(
+            f"| {difficulty} | {n} | {solved / n:.3f} | {_ms(resets)} | {_ms(reads)} "
+            f"| {len(writes)} | {_ms(writes)} | {_ms(answers)} "
+            f"| {_pct(reads + writes + answers, 0.95) * 1e3:.2f} |"
+        )
+    print(
+        f"\nAll write-task steps: median {statistics.median(every) * 1e3:.2f} ms, "
+        f"p95 {_pct(every, 0.95) * 1e3:.2f} ms."
+    )
+    copies = {}
+    for database, table in (("chinook", "tracks"), ("flights", "flights")):
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            PrivateDb(database, [table]).close()
+            times.append(time.perf_counter() - t)
+        copies[database] = statistics.median(times)
+    db = PrivateDb("flights", ["flights"])
+    t = time.perf_counter()
+    res = db.execute("INSERT INTO flights SELECT * FROM flights", timeout_s=10.0)
+    dup = time.perf_counter() - t
+    t = time.perf_counter()
+    diff = db.diff()
+    worst = time.perf_counter() - t
+    db.close()
+    print(
+        "\nPrivate copy (backup API into memory + change-log triggers), median of 20: "
+        + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in copies.items())
+        + f". Worst case of the comparison: `INSERT INTO flights SELECT * FROM flights` "
+        f"({res.rows_changed} rows) {dup * 1e3:.0f} ms, then the diff of {len(diff)} rows "
+        f"{worst * 1e3:.0f} ms."
     )
 
 

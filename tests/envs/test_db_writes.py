@@ -269,6 +269,7 @@ def test_every_template_gold_matches_brute_force(template: str, db_paths) -> Non
             res = db.execute(stmt, timeout_s=10.0)
             assert res.error is None and res.rows_changed >= 1
         assert db.diff() == _brute_diff(db) == inst.gold_diff != ()
+        assert inst.gold_digest == diff_digest(inst.gold_diff)
     finally:
         db.close()
 

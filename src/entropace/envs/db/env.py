@@ -189,7 +189,7 @@ class DbEnv:
             "writable": inst.tables,
         }
         if inst.kind != "select":
-            info["gold_digest"] = diff_digest(inst.gold_diff)
+            info["gold_digest"] = inst.gold_digest
         return obs, info
 
     def step(self, action: str) -> StepResult:
@@ -259,7 +259,7 @@ class DbEnv:
         diff = private.diff()
         self.close()
         info["state_digest"] = diff_digest(diff)
-        info["gold_digest"] = diff_digest(inst.gold_diff)
+        info["gold_digest"] = inst.gold_digest
         if diff == inst.gold_diff:
             info["success"] = True
             return "Correct: the tables are in the expected final state.", 1.0, True, False, info

@@ -36,7 +36,6 @@ neither create nor drop.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import sqlite3
@@ -95,8 +94,12 @@ def canonical_value(value: object) -> object:
 
 
 def canonical_row(row: Iterable[object]) -> Row:
-    """``row`` with :func:`canonical_value` applied to every column."""
-    return tuple(canonical_value(v) for v in row)
+    """``row`` with :func:`canonical_value` applied to every column (as a tuple)."""
+    row = tuple(row)
+    for v in row:
+        if type(v) is float or type(v) is bytes:
+            return tuple(canonical_value(v) for v in row)
+    return row
 
 
 def diff_digest(diff: StateDiff) -> str:
@@ -105,8 +108,9 @@ def diff_digest(diff: StateDiff) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _sort_key(item: tuple[str, Row, int]) -> str:
-    return json.dumps([item[0], list(item[1]), item[2]], ensure_ascii=False)
+def _sort_key(item: tuple[str, Row, int]) -> tuple[str, str, int]:
+    """Deterministic order of diff items (``repr`` of canonical rows is stable across runs)."""
+    return item[0], repr(item[1]), item[2]
 
 
 @dataclass
@@ -279,21 +283,20 @@ class PrivateDb:
             rids = [r for (r,) in self._trusted(f"SELECT DISTINCT rid FROM temp._log_{t}")]
             if not rids:
                 continue
-            cols = _rounded_columns(self.database, t)
             now = self._trusted(
-                f"SELECT {cols} FROM main.{t} WHERE rowid IN (SELECT rid FROM temp._log_{t})"
+                f"SELECT * FROM main.{t} WHERE rowid IN (SELECT rid FROM temp._log_{t})"
             )
             with _LOCK:
                 before = (
                     trusted_connection(self.database)
                     .execute(
-                        f"SELECT {cols} FROM {t} WHERE rowid IN (SELECT value FROM json_each(?))",
+                        f"SELECT * FROM {t} WHERE rowid IN (SELECT value FROM json_each(?))",
                         (json.dumps(rids),),
                     )
                     .fetchall()
                 )
-            # Floats are rounded by SQLite (the same function on both sides); equal rows
-            # cancel at C speed; only what is left is canonicalised in Python.
+            # Identical raw rows cancel at C speed; only what is left is canonicalised (rows
+            # equal up to float round-off then cancel in the second count).
             raw: Counter[tuple] = Counter(now)
             raw.subtract(before)
             count: Counter[Row] = Counter()
@@ -308,16 +311,6 @@ class PrivateDb:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-@functools.cache
-def _rounded_columns(database: str, table: str) -> str:
-    """The select list of ``table`` with REAL values rounded to 6 decimals by SQLite."""
-    with _LOCK:
-        names = [r[1] for r in trusted_connection(database).execute(f"PRAGMA table_info({table})")]
-    return ", ".join(
-        f'CASE WHEN typeof("{n}") = \'real\' THEN round("{n}", 6) ELSE "{n}" END' for n in names
-    )
 
 
 def _error_text(exc: sqlite3.Error, timed_out: bool, timeout_s: float, writable: tuple) -> str:

@@ -65,6 +65,8 @@ class Instance:
             ``";\n"``); ``()`` for ``select``.
         gold_diff: write tasks: the net change the gold statements make to ``tables``
             (:data:`entropace.envs.db.private.StateDiff`); ``()`` for ``select``.
+        gold_digest: write tasks: SHA-256 of ``gold_diff``
+            (:func:`entropace.envs.db.private.diff_digest`); ``""`` for ``select``.
     """
 
     database: str
@@ -78,6 +80,7 @@ class Instance:
     tables: tuple[str, ...] = ()
     statements: tuple[str, ...] = ()
     gold_diff: tuple = ()
+    gold_digest: str = ""
 
 
 #: Serialises use of the shared trusted connections (environments may live in threads).
@@ -194,7 +197,7 @@ def _try_write(database: str, t: WriteTemplate, rng: random.Random) -> Instance 
         return None
     text_args, sql_args = bound
     statements = tuple(s.format(**sql_args) for s in t.statements)
-    diff = gold_diff(database, statements, t.tables)
+    diff, digest = _gold(database, statements, t.tables)
     if not diff:
         return None
     return Instance(
@@ -209,10 +212,10 @@ def _try_write(database: str, t: WriteTemplate, rng: random.Random) -> Instance 
         tables=tuple(sorted(t.tables)),
         statements=statements,
         gold_diff=diff,
+        gold_digest=digest,
     )
 
 
-@functools.lru_cache(maxsize=4096)
 def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
     """The net change of ``statements`` run in order on a fresh private copy of ``database``.
 
@@ -234,6 +237,14 @@ def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...
         return db.diff()
     finally:
         db.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
+    from entropace.envs.db.private import diff_digest
+
+    diff = gold_diff(database, statements, tables)
+    return diff, diff_digest(diff)
 
 
 def parse_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
