@@ -45,7 +45,8 @@ def evaluate(
 
     Returns:
         ``{"step", "checkpoint", "split", "n", "do_sample", "tasks": {task: {"success",
-        "reward", "abnormal", "episodes"}}, "mean_success", "episodes": [per-episode records]}``.
+        "reward", "abnormal", "episodes"} (plus each score the task's environment reports,
+        e.g. kg's ``f1``)}, "mean_success", "episodes": [per-episode records]}``.
     """
     from entropace.envs import seeds
     from entropace.rollout import RolloutRequest, collect_rollouts
@@ -87,6 +88,7 @@ def evaluate(
                 "reward": float(batch.rewards[i]),
                 "abnormal": bool(batch.abnormal[i]),
                 "end_reason": ep.end_reason if ep else None,
+                "scores": dict(ep.scores) if ep else {},
                 "actions": [m["content"] for m in ep.messages if m["role"] == "assistant"]
                 if ep else [],
             })  # fmt: skip
@@ -100,6 +102,8 @@ def evaluate(
             "abnormal": sum(r["abnormal"] for r in rows) / len(rows),
             "episodes": len(rows),
         }
+        for key in sorted({k for r in rows for k in r["scores"]}):  # e.g. kg's f1
+            per_task[task][key] = sum(r["scores"].get(key, 0.0) for r in rows) / len(rows)
     result = {
         "step": int(state["step"]),
         "checkpoint": str(path),
