@@ -181,3 +181,53 @@ def test_reasoning_without_the_tool_is_truncated_after_its_one_turn() -> None:
     obs, reward, terminated, truncated, info = env.step("<answer>42</answer>")
     assert (reward, terminated, truncated) == (0.0, False, True)
     assert info["tool_error"] == "no_call"
+
+
+# ------------------------------------------------------------------- the agentbench profile
+
+AGENTBENCH_TURNS = {"db": 15, "os": 8, "kg": 15, "household": 20, "shop": 20}
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f in AGENTBENCH_TURNS])
+def test_agentbench_profile_settings(family: str) -> None:
+    from entropace.envs.agentbench import AGENTBENCH
+
+    env = make(family, profile="agentbench")
+    assert env.max_turns == AGENTBENCH_TURNS[family]  # AgentBench FC's configs/tasks/*.yaml
+    assert env.tools and type(env.env).__name__ == "ToolInterface"
+    inner = env.env.env
+    for option, value in AGENTBENCH[family].options.items():
+        # numeric / boolean options are stored as given (string ones may be normalised)
+        if option in spec(family).options and isinstance(value, bool | int | float):
+            assert getattr(inner, option, value) == value, option
+    # explicit arguments win over the profile
+    assert make(family, profile="agentbench", max_turns=3).max_turns == 3
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+
+
+@pytest.mark.parametrize("difficulty", DIFFICULTIES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_oracle_under_the_agentbench_profile(family: str, difficulty: str) -> None:
+    failed = []
+    for seed in SEEDS[:20]:
+        env = make(family, profile="agentbench", difficulty=difficulty)
+        env.reset(seed)
+        ep = run_episode(env, tool_oracle(spec(family).oracle)(env), seed)
+        if not ep.success:
+            failed.append((seed, ep.observations[-1][:200]))
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    assert failed == []
+
+
+def test_profile_errors() -> None:
+    with pytest.raises(ValueError, match="profile must be one of"):
+        make("db", profile="agentbench-v0.2")
+    from entropace.envs.toy import register_letter_envs
+
+    register_letter_envs("profile_letter")
+    with pytest.raises(ValueError, match="does not cover 'profile_letter'"):
+        make("profile_letter", profile="agentbench")
