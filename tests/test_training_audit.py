@@ -184,6 +184,20 @@ def test_probe_matches_a_brute_force_recomputation() -> None:
                     probe_step=0.0)  # fmt: skip
 
 
+def test_a_batch_without_response_tokens_gives_nan_not_an_error() -> None:
+    table, ids, mask, adv, sens = one_token_batch()
+    model = Bigram(table)
+    audit = TrainingAudit.start(
+        model, ids, torch.ones_like(ids), torch.zeros_like(mask), adv, sens, temperature=T,
+        max_states=8, generator=torch.Generator(), probe_step=0.1,
+    )  # fmt: skip
+    out = audit.finish(model)
+    assert out["audit/states"] == 0 and out["audit/tokens_pos"] == 0
+    for key in ("audit/sign_agreement", "audit/dH_mean", "audit/first_order_error",
+                "audit/probe_dH_pos", "audit/probe_dH_neg"):  # fmt: skip
+        assert math.isnan(out[key]), key
+
+
 def test_sample_states_is_a_seeded_subset_of_the_mask() -> None:
     mask = torch.zeros(5, 9)
     mask[:, 3:] = 1

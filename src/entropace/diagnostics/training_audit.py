@@ -226,17 +226,23 @@ def realised_changes(
     Returns:
         ``entropy_before``, ``entropy_after`` (``H``, :func:`entropace.algos.token_stats`), ``dh``
         (their difference), ``dh_lin`` (:func:`first_order_entropy_change`) and ``logit_step``
-        (``|Dx|_2``, the tempered-logit step).
+        (``|Dx|_2``, the tempered-logit step), on the CPU.
     """
-    h0 = token_stats(before.detach().double(), tokens, temperature=temperature).entropy
-    h1 = token_stats(after.detach().double(), tokens, temperature=temperature).entropy
+    names = ("entropy_before", "entropy_after", "dh", "dh_lin", "logit_step")
+    if before.shape[0] == 0:
+        return {name: torch.zeros(0, dtype=torch.float64) for name in names}
+    # float64 on the CPU: small ([n, V]), exact enough for tiny steps, and any device works
+    before, after = before.detach().cpu().double(), after.detach().cpu().double()
+    tokens = tokens.cpu()
+    h0 = token_stats(before, tokens, temperature=temperature).entropy
+    h1 = token_stats(after, tokens, temperature=temperature).entropy
     finite = torch.isfinite(before) & torch.isfinite(after)
-    dx = torch.where(finite, (after.double() - before.double()) / temperature, 0.0)
+    dx = torch.where(finite, (after - before) / temperature, 0.0)
     return {
         "entropy_before": h0,
         "entropy_after": h1,
         "dh": h1 - h0,
-        "dh_lin": first_order_entropy_change(before.detach(), after.detach(), temperature),
+        "dh_lin": first_order_entropy_change(before, after, temperature),
         "logit_step": dx.norm(dim=-1),
     }
 
@@ -297,6 +303,11 @@ def parameter_step_norm(before: list[Tensor], after: list[Tensor]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def _wide(x: Tensor) -> Tensor:
+    """float64 (float32 on MPS, which has no float64)."""
+    return x.float() if x.device.type == "mps" else x.double()
+
+
 def probe_audit(
     model: Any,
     input_ids: Tensor,
@@ -327,17 +338,19 @@ def probe_audit(
     """
     if not (probe_step > 0 and math.isfinite(probe_step)):
         raise ValueError(f"probe_audit: probe_step must be finite and > 0, got {probe_step}")
+    keys = [f"audit/probe_{k}_{b}" for k in ("dH", "grad_norm") for b in ("pos", "neg")]
+    out: dict[str, float] = dict.fromkeys(keys, math.nan)
+    if rows.numel() == 0:
+        return out
     tokens = input_ids[rows.to(input_ids.device), cols.to(input_ids.device)]
-    h0 = token_stats(before.detach().double(), tokens, temperature=temperature).entropy
+    h0 = token_stats(_wide(before.detach()), tokens, temperature=temperature).entropy
     probe = copy.deepcopy(model)
     probe.eval()
     live = [p for p in model.parameters() if p.requires_grad]
     params = [p for p in probe.parameters() if p.requires_grad]
-    adv = advantages.detach().to(input_ids.device).double()
+    adv = _wide(advantages.detach().to(input_ids.device))
     pol = polarity.detach().cpu()
-    out: dict[str, float] = {}
     for branch, sel in (("pos", pol > 0), ("neg", pol < 0)):
-        out[f"audit/probe_dH_{branch}"] = out[f"audit/probe_grad_norm_{branch}"] = math.nan
         index = sel.nonzero().flatten()
         if not index.numel():
             continue
@@ -345,7 +358,7 @@ def probe_audit(
             probe, input_ids, attention_mask, rows[index], cols[index],
             micro_batch_size=micro_batch_size, grad=True,
         )  # fmt: skip
-        logp = token_stats(logits.double(), tokens[index.to(tokens.device)],
+        logp = token_stats(_wide(logits), tokens[index.to(tokens.device)],
                            temperature=temperature).logprob  # fmt: skip
         loss = -(adv[index.to(adv.device)] * logp).mean()
         grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -360,7 +373,7 @@ def probe_audit(
         after = state_logits(
             probe, input_ids, attention_mask, rows, cols, micro_batch_size=micro_batch_size
         )
-        h1 = token_stats(after.double(), tokens, temperature=temperature).entropy
+        h1 = token_stats(_wide(after), tokens, temperature=temperature).entropy
         out[f"audit/probe_dH_{branch}"] = float((h1 - h0).mean())
         with torch.no_grad():  # back to the policy before the update for the other branch
             for p, q in zip(params, live):
@@ -438,7 +451,7 @@ class TrainingAudit:
         rows, cols = sample_states(loss_mask, max_states, generator)
         dev = input_ids.device
         r, c = rows.to(dev), cols.to(dev)
-        polarity = (advantages[r, c].double() * sensitivity[r, c].double()).cpu()
+        polarity = advantages[r, c].cpu().double() * sensitivity[r, c].cpu().double()
         was_training = model.training
         model.eval()
         before = state_logits(
