@@ -239,7 +239,7 @@ def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...
         db.close()
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)  # a diff holds up to ~10k rows: keep the cache small
 def _gold(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
     from entropace.envs.db.private import diff_digest
 
