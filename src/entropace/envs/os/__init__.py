@@ -19,7 +19,8 @@ from entropace.envs.os.sandbox import (
     SandboxUnavailableError,
     require_bwrap,
 )
-from entropace.envs.os.session import SessionError, ShellResult, ShellSession
+from entropace.envs.os.session import ShellResult, ShellSession
+from entropace.envs.os.supervisor import SessionError
 from entropace.envs.registry import EnvSpec, register
 
 __all__ = [

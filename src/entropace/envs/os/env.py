@@ -27,7 +27,8 @@ from entropace.envs.os.actions import (
     parse_action,
 )
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
-from entropace.envs.os.session import SessionError, ShellSession
+from entropace.envs.os.session import ShellSession
+from entropace.envs.os.supervisor import SessionError
 from entropace.envs.os.tasks import BY_DIFFICULTY, TASKS, SystemState, Task, TaskFn
 from entropace.envs.os.tasks_shell import DEFAULT_ETC, SHELL_KINDS, SHELL_TASKS
 from entropace.envs.os.tree import generate_tree

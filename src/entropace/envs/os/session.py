@@ -47,14 +47,13 @@ import os
 import secrets
 import selectors
 import shlex
-import signal
-import subprocess
 import time
 import weakref
 from dataclasses import dataclass
 
 from entropace.envs.os import procs
-from entropace.envs.os.sandbox import Sandbox, _memfd
+from entropace.envs.os.sandbox import Sandbox
+from entropace.envs.os.supervisor import SessionError, launch, teardown
 
 __all__ = ["SessionError", "ShellResult", "ShellSession"]
 
@@ -63,53 +62,11 @@ _RESET = (
     "background processes were kept)"
 )
 
+_DEAD = ("Z", "X", None)  # zombie, dead, gone: nothing left to kill
 #: Seconds a timed-out command's shell gets to report after its processes were killed.
 GRACE_S = 1.0
 #: Seconds the supervisor gets to answer a request (start a shell, write the final tar).
 SUPERVISOR_S = 10.0
-
-# The supervisor (PID 1). Its fds: 0 requests from the host, 1 replies, 3 the initial tar
-# (memfd), 4 the agent shell's command pipe, 5 the output pipe, 6 the marker pipe. The agent
-# shell gets 0=commands, 1=2=7=output, 6=markers and nothing else; `trap -` gives it the default
-# signal dispositions back. Requests: `shell TAG` (start a shell; reply `TAG PID STATUS`, STATUS
-# the exit status of the previous shell or -), `dump TAG` (write the final tar, then exit).
-_SUPERVISOR = r"""
-trap '' HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
-cd / || exit 97
-tar -x -p --no-same-owner -f - <&3 || exit 98
-exec 3<&-
-sh=
-while IFS=' ' read -r op tag; do
-  case $op in
-    shell)
-      st=-
-      if [ -n "$sh" ]; then wait "$sh"; st=$?; fi
-      (
-        trap - HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
-        ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} -t {cpu_s} 2>/dev/null
-        cd /work || exit 97
-        exec -a "entropace-shell-$0" /usr/bin/bash --noprofile --norc -s
-      ) <&4 >&5 2>&5 7>&5 4<&- 5>&- &
-      sh=$!
-      printf '%s %s %s\n' "$tag" "$sh" "$st" ;;
-    dump)
-      cd / && tar -c -f - work etc/passwd etc/group 2>/dev/null
-      exit 0 ;;
-  esac
-done
-exit 0
-"""
-
-_FSTAB = """\
-entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
-entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
-entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
-entropace-etc /tmp/etc tmpfs size=262144,nr_inodes=64,mode=0755,X-mount.mkdir 0 0
-"""
-
-
-class SessionError(RuntimeError):
-    """The sandbox of a session could not be started or stopped working."""
 
 
 @dataclass(frozen=True)
@@ -137,25 +94,6 @@ class ShellResult:
     seconds: float
 
 
-def _teardown(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
-    """Kill bwrap's process group (the sandbox dies with it), reap it, close the host fds."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a kernel that does not reap
-        pass
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
-
-
 class ShellSession:
     """A persistent bash in its own sandbox (see the module docstring).
 
@@ -173,72 +111,12 @@ class ShellSession:
         self.tag = secrets.token_hex(8)  # names this session's processes (cmdline)
         self.shell_starts = 0
         self._closed = False
-        lim = self.limits
-        script = _SUPERVISOR.replace("{nproc}", str(lim.max_processes))
-        script = script.replace("{mem_kb}", str(lim.memory_bytes // 1024))
-        script = script.replace("{fsize_kb}", str(lim.file_bytes // 1024))
-        script = script.replace("{cpu_s}", str(lim.cpu_seconds))
-        ctl_r, ctl_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        cmd_r, cmd_w = os.pipe()
-        out_r, out_w = os.pipe()
-        mark_r, mark_w = os.pipe()
-        state_fd = _memfd(state, "entropace-state")
-        fstab_fd = None
-        if sandbox.unshare is not None:
-            fstab = _FSTAB.format(work=lim.work_bytes, tmp=lim.tmp_bytes, files=lim.max_files)
-            fstab_fd = _memfd(fstab.encode(), "entropace-fstab")
-            etc = ["--bind", "/tmp/etc", "/etc"]
-            mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp"]
-        else:
-            etc = ["--perms", "0755", "--size", "262144", "--tmpfs", "/etc"]
-            mounts = ["--size", str(lim.work_bytes), "--tmpfs", "/work",
-                      "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]  # fmt: skip
-        tail = ["/usr/bin/bash", "-c", script, self.tag]
-        argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_fd, as_pid_1=True)
-        # The supervisor expects its pipes on fds 3..6: park them on fds >= 100 first, so
-        # the trampoline's dup2s cannot overwrite one another, then move them in place.
-        parked = [_park(fd, 100 + i) for i, fd in enumerate((state_fd, cmd_r, out_w, mark_w))]
-        if fstab_fd is not None:
-            high = _park(fstab_fd, 104)
-            os.close(fstab_fd)
-            fstab_fd = high
-            argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_fd, as_pid_1=True)
-        for fd in (state_fd, cmd_r, out_w, mark_w):
-            os.close(fd)
-        state_fd, cmd_r, out_w, mark_w = parked
-        trampoline = (
-            f"exec 3<&{state_fd} 4<&{cmd_r} 5>&{out_w} 6>&{mark_w} "
-            f'{state_fd}<&- {cmd_r}<&- {out_w}>&- {mark_w}>&-; exec "$@"'
-        )
-        kwargs: dict[str, object] = {}
-        host_uid = sandbox._host_uid
-        if host_uid is not None:
-            kwargs = {"user": host_uid, "group": host_uid, "extra_groups": []}
-        passed = [state_fd, cmd_r, out_w, mark_w, *([fstab_fd] if fstab_fd is not None else [])]
-        try:
-            self._proc = subprocess.Popen(  # noqa: S603 - fixed argv; commands run in the sandbox
-                ["/usr/bin/bash", "-c", trampoline, "entropace-trampoline", *argv],
-                stdin=ctl_r,
-                stdout=rep_w,
-                stderr=subprocess.DEVNULL,
-                pass_fds=passed,
-                start_new_session=True,
-                cwd="/",
-                env={"PATH": "/usr/bin:/bin"},
-                **kwargs,  # type: ignore[arg-type]
-            )
-        except OSError as exc:
-            for fd in (ctl_r, ctl_w, rep_r, rep_w, cmd_w, out_r, mark_r, *passed):
-                os.close(fd)
-            raise SessionError(f"could not start bwrap: {exc}") from exc
-        for fd in (ctl_r, rep_w, *passed):
-            os.close(fd)
-        for fd in (rep_r, out_r, mark_r, cmd_w):
-            os.set_blocking(fd, False)
-        self._ctl, self._rep, self._cmd, self._out, self._mark = ctl_w, rep_r, cmd_w, out_r, mark_r
-        self._fds = [ctl_w, rep_r, cmd_w, out_r, mark_r]
-        self._finalizer = weakref.finalize(self, _teardown, self._proc, self._fds)
+        launched = launch(sandbox, state, self.tag)
+        self._proc = launched.proc
+        self._ctl, self._rep = launched.ctl, launched.rep
+        self._cmd, self._out, self._mark = launched.cmd, launched.out, launched.mark
+        self._fds = [self._ctl, self._rep, self._cmd, self._out, self._mark]
+        self._finalizer = weakref.finalize(self, teardown, self._proc, self._fds)
         self._rep_buf = b""
         self._mark_buf = b""
         self.init_pid: int | None = None
@@ -329,25 +207,30 @@ class ShellSession:
     def _kill_new(self, before: set[procs.ProcKey], *, everywhere: bool) -> int:
         """SIGKILL the processes started since ``before``: those reachable from the shell
         through new processes only, or (``everywhere``) every new process of the sandbox.
-        Repeats until a pass finds none (a forking process cannot outrun it). Returns the
-        number killed."""
+        Repeats until two passes in a row find none alive (a forking process cannot outrun
+        it: every pass kills what the last one missed). Returns the number killed."""
         assert self.init_pid is not None and self.shell is not None
-        total = 0
-        for _ in range(200):
+        total = quiet = 0
+        for _ in range(1000):
             if everywhere:
-                new = [k for k in procs.descendants(self.init_pid) if k not in before]
+                found = [k for k in procs.descendants(self.init_pid) if k not in before]
             else:
-                new, stack = [], [self.shell.pid]
+                found, stack = [], [self.shell.pid]
                 while stack:
                     for child in procs.children(stack.pop()):
                         key = procs.proc_key(child)
                         if key is not None and key not in before:
-                            new.append(key)
+                            found.append(key)
                             stack.append(child)
-            killed = sum(procs.kill_process(k) for k in new if k != self.shell)
-            total += killed
-            if not killed:
-                break
+            alive = [k for k in found if k != self.shell and _state(k.pid) not in _DEAD]
+            if not alive:
+                quiet += 1
+                if quiet >= 2:
+                    break
+                time.sleep(0.001)
+                continue
+            quiet = 0
+            total += sum(procs.kill_process(k) for k in alive)
         return total
 
     def kill_all(self) -> None:
@@ -393,14 +276,18 @@ class ShellSession:
             self._start_shell()
         before = self._snapshot()
         tag = secrets.token_hex(16)
+        # fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
+        # redirections, so no function a command defines (`:`, `true`) runs here.
         line = (
-            f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; "
-            f"printf '%s %s\\n' {tag} \"$?\" >&6\n"
+            "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
+            f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
+            "{ >&6; } 2>/dev/null || exec 6>&8; "
+            f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
         ).encode("utf-8", "surrogateescape")
         out = bytearray()
         total = 0
         exit_code: int | None = None
-        timed_out = False
+        timed_out = flooded = False
         outcome = "hung"  # or "done" (its marker came) or "died" (the shell exited)
         deadline = start + lim.timeout_s
         pending = memoryview(line)
@@ -412,8 +299,12 @@ class ShellSession:
             sel.register(self._cmd, selectors.EVENT_WRITE, "cmd")
             while outcome == "hung":
                 now = time.monotonic()
+                if total > lim.output_bytes and not flooded:  # like ENOSPC in the fresh mode
+                    flooded = True
+                    self._kill_new(before, everywhere=False)
+                    deadline = min(deadline, now + GRACE_S)
                 if now >= deadline:
-                    if timed_out:
+                    if timed_out or flooded:
                         break  # no marker within the grace period either
                     timed_out = True
                     self._kill_new(before, everywhere=False)
@@ -447,6 +338,8 @@ class ShellSession:
                 f"killed after the {lim.timeout_s:g} s time limit; the shell did not recover "
                 f"and was restarted{_RESET}"
             )
+        elif flooded:
+            note = f"killed: it wrote more than the {lim.output_bytes} bytes of output allowed"
         elif timed_out:
             note = f"killed after the {lim.timeout_s:g} s time limit"
         swarm = self._swarm(before)
@@ -585,14 +478,6 @@ class ShellSession:
     def bwrap_pid(self) -> int:
         """Host PID of the bwrap process (its process group holds the whole sandbox)."""
         return self._proc.pid
-
-
-def _park(fd: int, at_least: int) -> int:
-    """A duplicate of ``fd`` numbered ``at_least`` or higher (close-on-exec; ``pass_fds``
-    hands it to the child)."""
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, at_least)
 
 
 def _wait_readable(fd: int | None, timeout: float) -> bool:

@@ -1,0 +1,184 @@
+"""Start and end the sandbox of a persistent shell session (:mod:`entropace.envs.os.session`).
+
+:func:`launch` starts bwrap (through the fresh mode's own isolation options,
+:meth:`~entropace.envs.os.sandbox.Sandbox.bwrap_argv`, plus ``--as-pid-1``) with the
+**supervisor** as the sandbox's PID 1, and returns the host's ends of five pipes;
+:func:`teardown` ends it all. The supervisor script is handed over in a memfd and sourced
+(``bash -c '. /dev/fd/9' TAG``), so ``ps`` inside shows a short command line, not the script.
+
+The supervisor's fds: 0 requests from the host, 1 replies, 3 the initial tar (memfd),
+4 the agent shell's command pipe, 5 the output pipe, 6 the marker pipe. Requests, one line
+each: ``shell TAG`` starts an agent shell (reply ``TAG PID STATUS``, STATUS the exit status of
+the previous shell or ``-``); ``dump TAG`` writes the final tar on fd 1 and exits. The agent
+shell gets 0 = commands, 1 = 2 = 7 = output, 6 = 8 = markers (7 and 8 are spares the command
+line re-makes 7 and 6 from), ``trap -`` gives it default signal dispositions back, and the
+resource limits apply to it and everything it starts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+
+from entropace.envs.os.sandbox import Sandbox, _memfd
+
+__all__ = ["Launched", "SessionError", "launch", "teardown"]
+
+SUPERVISOR = r"""
+exec 9<&-
+trap '' HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
+cd / || exit 97
+tar -x -p --no-same-owner -f - <&3 || exit 98
+exec 3<&-
+sh=
+while IFS=' ' read -r op tag; do
+  case $op in
+    shell)
+      st=-
+      if [ -n "$sh" ]; then wait "$sh"; st=$?; fi
+      (
+        trap - HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
+        ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} -t {cpu_s} 2>/dev/null
+        cd /work || exit 97
+        exec -a "entropace-shell-$0" /usr/bin/bash --noprofile --norc -s
+      ) <&4 >&5 2>&5 7>&5 8>&6 4<&- 5>&- &
+      sh=$!
+      printf '%s %s %s\n' "$tag" "$sh" "$st" ;;
+    dump)
+      cd / && tar -c -f - work etc/passwd etc/group 2>/dev/null
+      exit 0 ;;
+  esac
+done
+exit 0
+"""
+
+# The outer mount step's tmpfs (see sandbox.py's _FSTAB): no /.io or /.meta here, a small
+# writable /etc instead (the users tasks edit /etc/passwd and /etc/group).
+FSTAB = """\
+entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
+entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+entropace-etc /tmp/etc tmpfs size=262144,nr_inodes=64,mode=0755,X-mount.mkdir 0 0
+"""
+
+
+class SessionError(RuntimeError):
+    """The sandbox of a session could not be started or stopped working."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A started sandbox: the bwrap process and the host's ends of its pipes (non-blocking
+    except ``ctl``): requests to the supervisor, its replies, the shell's commands, its
+    output and its end markers."""
+
+    proc: subprocess.Popen[bytes]
+    ctl: int
+    rep: int
+    cmd: int
+    out: int
+    mark: int
+
+
+def _park(fd: int, at_least: int) -> int:
+    """A duplicate of ``fd`` numbered ``at_least`` or higher (close-on-exec; ``pass_fds``
+    hands it to the child)."""
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, at_least)
+
+
+def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
+    """Start the sandbox with the supervisor as PID 1, ``state`` (a tar) unpacked into it.
+
+    ``tag`` becomes the supervisor's ``$0`` and part of the shell's name
+    (``entropace-shell-TAG``), so the session's processes can be found by command line.
+
+    Raises:
+        SessionError: when bwrap cannot be started.
+    """
+    lim = sandbox.limits
+    script = SUPERVISOR
+    for key, value in (
+        ("{nproc}", lim.max_processes),
+        ("{mem_kb}", lim.memory_bytes // 1024),
+        ("{fsize_kb}", lim.file_bytes // 1024),
+        ("{cpu_s}", lim.cpu_seconds),
+    ):
+        script = script.replace(key, str(value))
+    if sandbox.unshare is not None:
+        etc = ["--bind", "/tmp/etc", "/etc"]
+        mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp"]
+        fstab = FSTAB.format(work=lim.work_bytes, tmp=lim.tmp_bytes, files=lim.max_files)
+        fstab_fd: int | None = _memfd(fstab.encode(), "entropace-fstab")
+    else:  # bwrap's own tmpfs: bytes capped, inodes not (Sandbox warned about it)
+        etc = ["--perms", "0755", "--size", "262144", "--tmpfs", "/etc"]
+        mounts = ["--size", str(lim.work_bytes), "--tmpfs", "/work",
+                  "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]  # fmt: skip
+        fstab_fd = None
+    ctl_r, ctl_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    cmd_r, cmd_w = os.pipe()
+    out_r, out_w = os.pipe()
+    mark_r, mark_w = os.pipe()
+    sources = [_memfd(state, "entropace-state"), cmd_r, out_w, mark_w]
+    sources.append(_memfd(script.encode(), "entropace-supervisor"))
+    if fstab_fd is not None:
+        sources.append(fstab_fd)
+    # Park every fd the child needs on numbers >= 100, so the trampoline's dup2s onto 3..6
+    # and 9 cannot overwrite one another, and the fstab fd keeps a number of its own.
+    parked = [_park(fd, 100 + i) for i, fd in enumerate(sources)]
+    for fd in sources:
+        os.close(fd)
+    state_p, cmd_p, out_p, mark_p, script_p = parked[:5]
+    fstab_p = parked[5] if fstab_fd is not None else None
+    tail = ["/usr/bin/bash", "-c", ". /dev/fd/9", tag]
+    argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_p, as_pid_1=True)
+    moves = f"3<&{state_p} 4<&{cmd_p} 5>&{out_p} 6>&{mark_p} 9<&{script_p}"
+    closes = f"{state_p}<&- {cmd_p}<&- {out_p}>&- {mark_p}>&- {script_p}<&-"
+    trampoline = f'exec {moves} {closes}; exec "$@"'
+    kwargs: dict[str, object] = {}
+    if sandbox._host_uid is not None:  # as root: bwrap runs as nobody (see sandbox.py)
+        kwargs = {"user": sandbox._host_uid, "group": sandbox._host_uid, "extra_groups": []}
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv; commands run in the sandbox
+            ["/usr/bin/bash", "-c", trampoline, "entropace-trampoline", *argv],
+            stdin=ctl_r,
+            stdout=rep_w,
+            stderr=subprocess.DEVNULL,
+            pass_fds=parked,
+            start_new_session=True,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            **kwargs,  # type: ignore[arg-type]
+        )
+    except OSError as exc:
+        for fd in (ctl_r, ctl_w, rep_r, rep_w, cmd_w, out_r, mark_r, *parked):
+            os.close(fd)
+        raise SessionError(f"could not start bwrap: {exc}") from exc
+    for fd in (ctl_r, rep_w, *parked):
+        os.close(fd)
+    for fd in (rep_r, out_r, mark_r, cmd_w):
+        os.set_blocking(fd, False)
+    return Launched(proc, ctl_w, rep_r, cmd_w, out_r, mark_r)
+
+
+def teardown(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
+    """Kill bwrap's process group (the sandbox dies with it: ``--die-with-parent``, and its
+    PID namespace ends with its init), reap bwrap, close the host's fds. Idempotent."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a kernel that does not reap
+        pass
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
