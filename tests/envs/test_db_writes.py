@@ -227,6 +227,36 @@ def test_template_inventory() -> None:
     assert all(len(t.tables) >= 1 for t in WRITE_TEMPLATES)
 
 
+def test_new_keys_are_new(db_paths) -> None:
+    """Literal keys the insert templates add do not exist yet (else the gold would fail)."""
+    by_name = {t.name: t for t in WRITE_TEMPLATES}
+    checks = [
+        ("chinook", "genres", "name", by_name["chinook.easy.insert_genre"].params["name"]),
+        ("chinook", "playlists", "name", by_name["chinook.hard.playlist_of_artist"].params["name"]),
+        ("flights", "planes", "tailnum", by_name["flights.easy.insert_plane"].params["tailnum"]),
+        (
+            "flights",
+            "airlines",
+            "carrier",
+            [c for c, _ in by_name["flights.easy.insert_airline"].params["code,name"]]
+            + list(by_name["flights.hard.recode_airline"].params["new"]),
+        ),
+        (
+            "flights",
+            "airports",
+            "faa",
+            [r[0] for r in by_name["flights.hard.new_airport"].params["faa,name,lat,lon,alt"]],
+        ),
+    ]
+    for database, table, column, values in checks:
+        conn = trusted_connection(database)
+        present = conn.execute(
+            f"SELECT {column} FROM {table} WHERE {column} IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(values)),),
+        ).fetchall()
+        assert present == [], (table, present)
+
+
 # ---------------------------------------------------------------------------------------------
 # Oracle
 # ---------------------------------------------------------------------------------------------
