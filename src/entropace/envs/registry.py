@@ -174,7 +174,7 @@ def make(
             suite = tool_suite(name)
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
-        env = ToolInterface(env, suite)
+        env = ToolInterface(env, suite, suite.agentbench if profile == "agentbench" else None)
     return TurnLimit(env, max_turns=max_turns)
 
 
