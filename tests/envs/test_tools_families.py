@@ -211,7 +211,7 @@ def test_agentbench_profile_settings(family: str) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_oracle_under_the_agentbench_profile(family: str, difficulty: str) -> None:
     failed = []
-    for seed in SEEDS[:20]:
+    for seed in SEEDS[:10]:
         env = make(family, profile="agentbench", difficulty=difficulty)
         env.reset(seed)
         ep = run_episode(env, tool_oracle(spec(family).oracle)(env), seed)
@@ -231,3 +231,36 @@ def test_profile_errors() -> None:
     register_letter_envs("profile_letter")
     with pytest.raises(ValueError, match="does not cover 'profile_letter'"):
         make("profile_letter", profile="agentbench")
+
+
+def test_agentbench_wording() -> None:
+    """AgentBench FC's task texts (shop/webshop/task.py, household/alfworld/task.py, ...)."""
+    shop = make("shop", profile="agentbench")
+    first, _ = shop.reset(0)
+    assert first.startswith("The initial observation:\nInstruction: ")
+    assert first.endswith("Available Actions:\n{'has_search_bar': True, 'clickables': ['search']}")
+    obs = shop.step(_call("search_action", keywords="shampoo"))[0]
+    assert obs.startswith("Action: search[shampoo]\n\nObservation:\nInstruction: ")
+    assert "'has_search_bar': False" in obs and "'back to search'" in obs
+    house = make("household", profile="agentbench")
+    first, _ = house.reset(0)
+    assert first.startswith("Here is your task. You are in the middle of a room.")
+    assert " AVAILABLE ACTIONS: look\ninventory\n" in first
+    obs, _, _, _, info = house.step("go to the kitchen")
+    assert obs == "No executable tool calls found. Please call a tool instead"
+    assert info["observation_role"] == "user" and info["tool_error"] == "no_call"
+    db = make("db", profile="agentbench")
+    db.reset(0)
+    assert db.step("SQL: SELECT 1")[0] == (
+        "Internal error: No tool calls found despite finish reason."
+    )
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed")
+def test_agentbench_wording_os() -> None:
+    env = make("os", profile="agentbench")
+    first, _ = env.reset(0)
+    assert first.startswith("Now, I will start a new problem in a new OS. My problem is:\n\n")
+    assert env.step(_call("bash_action", script="echo hi"))[0] == "The output of the OS:\n\nhi"
+    assert env.step(_call("bash_action", script="true"))[0] == "The output of the OS is empty."
+    env.close()

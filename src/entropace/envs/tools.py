@@ -46,6 +46,7 @@ from entropace.envs.base import EnvError, StepResult, action_too_long
 
 __all__ = [
     "TOOL_ERRORS",
+    "MessageStyle",
     "ParsedReply",
     "ToolArgumentError",
     "ToolCall",
@@ -135,6 +136,22 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class MessageStyle:
+    """How the observations of the tools interface are worded (the ``agentbench`` profile uses
+    AgentBench FC's task texts; default: the family's own observations, unchanged).
+
+    Attributes:
+        first: ``first(env, observation) -> str``: the first user message.
+        result: ``result(env, call, observation) -> str``: the tool message of a call.
+        no_call: ``no_call(env) -> str``: the user message after a reply without a tool call.
+    """
+
+    first: Callable[[Any, str], str] | None = None
+    result: Callable[[Any, ToolCall, str], str] | None = None
+    no_call: Callable[[Any], str] | None = None
+
+
+@dataclass(frozen=True)
 class ToolSuite:
     """A family's tool interface (defined in the family's ``fc.py``).
 
@@ -151,6 +168,7 @@ class ToolSuite:
             ``Final Answer: #N`` as AgentBench FC does.
         max_calls: calls allowed in one reply (1: one action per turn, as the families and
             AgentBench FC's os / household / shop tasks take them).
+        agentbench: the :class:`MessageStyle` of AgentBench FC's task (``profile="agentbench"``).
     """
 
     tools: tuple[ToolSpec, ...]
@@ -158,6 +176,7 @@ class ToolSuite:
     to_call: Callable[[str], ToolCall | str]
     no_call: Callable[[Any, str], StepResult | None] = field(default=lambda env, reply: None)
     max_calls: int = 1
+    agentbench: MessageStyle = field(default_factory=MessageStyle)
 
     def by_name(self) -> dict[str, ToolSpec]:
         return {t.name: t for t in self.tools}
@@ -378,17 +397,22 @@ class ToolInterface:
     Args:
         env: the family's (unwrapped) environment.
         suite: the family's :class:`ToolSuite` (from its ``fc.py``).
+        style: how observations are worded (default: the family's own observations).
 
     Attributes ``name`` and ``max_turns`` are the family's; ``system_prompt`` is the suite's;
     every other attribute is delegated to ``env`` (so oracles and tests reach its state).
+    ``raw_observation`` is the family's last observation before any :class:`MessageStyle`
+    rewording (what the family's text oracle reads).
     """
 
-    def __init__(self, env: Any, suite: ToolSuite) -> None:
+    def __init__(self, env: Any, suite: ToolSuite, style: MessageStyle | None = None) -> None:
         self.env = env
         self.suite = suite
+        self.style = style or MessageStyle()
         self._by_name = suite.by_name()
         self.turn = 0
         self.calls_made = 0
+        self.raw_observation = ""
 
     @property
     def name(self) -> str:
@@ -408,14 +432,17 @@ class ToolInterface:
         return [json.loads(json.dumps(t.schema())) for t in self.suite.tools]
 
     def __getattr__(self, item: str) -> Any:
-        if item in ("env", "suite", "_by_name"):
+        if item in ("env", "suite", "style", "_by_name"):
             raise AttributeError(item)
         return getattr(self.env, item)
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed)
         self.turn = 0
+        self.raw_observation = obs
         info["interface"] = "tools"
+        if self.style.first is not None:
+            obs = self.style.first(self.env, obs)
         return obs, info
 
     def _error(self, kind: str, message: str, *, call_id: str = "", name: str = "") -> StepResult:
@@ -442,8 +469,11 @@ class ToolInterface:
             result = self.suite.no_call(self.env, action)
             if result is not None:
                 obs, reward, terminated, truncated, info = result
+                self.raw_observation = obs
                 info.setdefault("observation_role", "user")
                 return obs, reward, terminated, truncated, info
+            if self.style.no_call is not None:
+                return self._error("no_call", self.style.no_call(self.env))
             return self._error(
                 "no_call",
                 f"No tool call found in your reply. Call exactly one of the tools "
@@ -493,6 +523,9 @@ class ToolInterface:
         info.update(observation_role="tool", tool_call_id=call_id, tool_name=spec.name)
         info.setdefault("tool_error", None)
         self.calls_made += 1
+        self.raw_observation = obs
+        if self.style.result is not None:
+            obs = self.style.result(self.env, call, obs)
         return obs, reward, terminated, truncated, info
 
 
@@ -502,10 +535,11 @@ def tool_oracle(oracle: Callable[[Any], Callable[[str], str]]) -> Callable[[Any]
 
     def build(env: Any) -> Callable[[str], str]:
         policy = oracle(env)
-        suite = _suite_of(env)
+        interface = _interface_of(env)
 
         def act(observation: str) -> str:
-            call = suite.to_call(policy(observation))
+            # the text oracle reads the family's own observation, before any rewording
+            call = interface.suite.to_call(policy(interface.raw_observation))
             return call if isinstance(call, str) else format_tool_call(call)
 
         return act
@@ -513,7 +547,7 @@ def tool_oracle(oracle: Callable[[Any], Callable[[str], str]]) -> Callable[[Any]
     return build
 
 
-def _suite_of(env: Any) -> ToolSuite:
+def _interface_of(env: Any) -> ToolInterface:
     seen: Sequence[Any] = ()
     while not isinstance(env, ToolInterface):
         inner = getattr(env, "__dict__", {}).get("env")
@@ -521,7 +555,7 @@ def _suite_of(env: Any) -> ToolSuite:
             raise EnvError("tool_oracle needs an environment built with interface='tools'")
         seen = (*seen, env)
         env = inner
-    return env.suite
+    return env
 
 
 def text_step(render: Callable[[dict[str, Any]], str]) -> Callable[[Any, dict[str, Any]], Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from entropace.envs.db.actions import parse_action
 from entropace.envs.tools import (
+    MessageStyle,
     ToolCall,
     ToolSpec,
     ToolSuite,
@@ -92,8 +93,14 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+#: AgentBench FC's message after a reply without a tool call (dbbench/task.py).
+AGENTBENCH_STYLE = MessageStyle(
+    no_call=lambda env: "Internal error: No tool calls found despite finish reason."
+)
+
 SUITE = ToolSuite(
     tools=(EXECUTE_SQL, COMMIT_FINAL_ANSWER),
     system_prompt=_system_prompt,
     to_call=to_call,
+    agentbench=AGENTBENCH_STYLE,
 )

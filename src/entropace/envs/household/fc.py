@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from entropace.envs.tools import ToolCall, ToolSpec, ToolSuite, one_line, string_parameters
+from entropace.envs.tools import (
+    MessageStyle,
+    ToolCall,
+    ToolSpec,
+    ToolSuite,
+    one_line,
+    string_parameters,
+)
 
 SYSTEM_PROMPT = """\
 Interact with a household to solve a task. You are an agent in a household environment; at \
@@ -46,4 +53,15 @@ def to_call(action: str) -> ToolCall | str:
     return ToolCall("take_action", {"action": action})
 
 
-SUITE = ToolSuite(tools=(TAKE_ACTION,), system_prompt=_system_prompt, to_call=to_call)
+#: AgentBench FC's first message (the welcome line dropped) and no-call message (alfworld/task.py).
+AGENTBENCH_STYLE = MessageStyle(
+    first=lambda env, obs: "Here is your task. " + "\n".join(obs.split("\n\n")[1:]),
+    no_call=lambda env: "No executable tool calls found. Please call a tool instead",
+)
+
+SUITE = ToolSuite(
+    tools=(TAKE_ACTION,),
+    system_prompt=_system_prompt,
+    to_call=to_call,
+    agentbench=AGENTBENCH_STYLE,
+)

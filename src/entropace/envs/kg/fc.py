@@ -22,6 +22,7 @@ from typing import Any
 from entropace.envs.base import StepResult
 from entropace.envs.kg.tools import parse_action
 from entropace.envs.tools import (
+    MessageStyle,
     ToolArgumentError,
     ToolCall,
     ToolSpec,
@@ -162,9 +163,15 @@ def to_call(action: str) -> ToolCall | str:
     return ToolCall(call.tool, dict(zip(PARAM_ORDER[call.tool], call.args)))
 
 
+#: AgentBench FC's message after a reply with neither a call nor a final answer (kg task.py).
+AGENTBENCH_STYLE = MessageStyle(
+    no_call=lambda env: "No valid function calls found! Need to recheck the function calls."
+)
+
 SUITE = ToolSuite(
     tools=TOOLS,
     system_prompt=_system_prompt,
     to_call=to_call,
     no_call=_no_call,
+    agentbench=AGENTBENCH_STYLE,
 )

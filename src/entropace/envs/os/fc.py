@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from entropace.envs.base import StepResult
-from entropace.envs.os.actions import Answer, Bash, Done, parse_action
+from entropace.envs.os.actions import Answer, Bash, Done, observation_output, parse_action
 from entropace.envs.tools import (
+    MessageStyle,
     ToolArgumentError,
     ToolCall,
     ToolSpec,
@@ -129,8 +130,26 @@ def to_call(action: str) -> ToolCall | str:
     return action
 
 
+def _agentbench_result(env: Any, call: ToolCall, observation: str) -> str:
+    """AgentBench FC's wording of a command's output (os_interaction/task.py)."""
+    if call.name != "bash_action":
+        return observation
+    output = observation_output(observation).rstrip("\n")
+    return f"The output of the OS:\n\n{output}" if output else "The output of the OS is empty."
+
+
+AGENTBENCH_STYLE = MessageStyle(
+    first=lambda env, obs: (
+        "Now, I will start a new problem in a new OS. My problem is:\n\n"
+        + obs.removeprefix("Task: ")
+    ),
+    result=_agentbench_result,
+    no_call=lambda env: "No executable tool calls found. Please call a tool instead",
+)
+
 SUITE = ToolSuite(
     tools=(BASH_ACTION, FINISH_ACTION, ANSWER_ACTION),
     system_prompt=_system_prompt,
     to_call=to_call,
+    agentbench=AGENTBENCH_STYLE,
 )

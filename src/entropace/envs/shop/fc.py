@@ -8,10 +8,12 @@ values must be one line without square brackets (a ``bad_arguments`` tool error 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from entropace.envs.shop.env import parse_action
 from entropace.envs.tools import (
+    MessageStyle,
     ToolArgumentError,
     ToolCall,
     ToolSpec,
@@ -69,6 +71,41 @@ def to_call(action: str) -> ToolCall | str:
     return ToolCall("click_action", {"value": arg})
 
 
+_BUTTON = re.compile(r"\[([^\[\]\n]+)\]")
+
+
+def available_actions(env: Any) -> dict[str, Any]:
+    """WebShop's ``get_available_actions()`` of the current page: ``{"has_search_bar": bool,
+    "clickables": [lower-cased button texts]}`` (``["search"]`` on the search page)."""
+    if env.page.kind == "search":
+        return {"has_search_bar": True, "clickables": ["search"]}
+    buttons = [b.strip().lower() for b in _BUTTON.findall(env.render())]
+    return {"has_search_bar": False, "clickables": buttons}
+
+
+def _action_text(call: ToolCall) -> str:
+    verb = "search" if call.name == "search_action" else "click"
+    return f"{verb}[{next(iter(call.arguments.values()))}]"
+
+
+#: AgentBench FC's messages (webshop/task.py): observation and available actions every turn.
+AGENTBENCH_STYLE = MessageStyle(
+    first=lambda env, obs: (
+        f"The initial observation:\n{obs}\n\nAvailable Actions:\n{available_actions(env)}"
+    ),
+    result=lambda env, call, obs: (
+        f"Action: {_action_text(call)}\n\nObservation:\n{obs}\n\n"
+        f"Available Actions:\n{available_actions(env)}"
+    ),
+    no_call=lambda env: (
+        "Observation:\nNo executable tool calls found! You should call a tool instead.\n\n"
+        f"Available Actions:\n{available_actions(env)}"
+    ),
+)
+
 SUITE = ToolSuite(
-    tools=(SEARCH_ACTION, CLICK_ACTION), system_prompt=_system_prompt, to_call=to_call
+    tools=(SEARCH_ACTION, CLICK_ACTION),
+    system_prompt=_system_prompt,
+    to_call=to_call,
+    agentbench=AGENTBENCH_STYLE,
 )
