@@ -161,7 +161,10 @@ class PPOConfig:
     rows only and fuses the LM head with the log-prob / entropy computation
     (:func:`entropace.algos.hidden_token_stats`): no ``[b, L, V]`` logits, no LM head on
     prompt or observation tokens; the same loss and gradients up to round-off. Off: the
-    materialised logits (``logits_to_keep``), the old path.
+    materialised logits (``logits_to_keep``), the old path. ``checkpoint_mlp``: recompute
+    each decoder layer's MLP in the backward pass instead of keeping its activations (about
+    half of them; exact, compatible with ``share_prefix``; one more MLP forward per
+    micro-batch; :func:`entropace.train.learner.checkpoint_mlps`).
     """
 
     epochs: int = 2
@@ -170,6 +173,7 @@ class PPOConfig:
     shuffle: bool = True
     share_prefix: bool = True
     fused_head: bool = True
+    checkpoint_mlp: bool = False
 
 
 @dataclass
@@ -204,13 +208,15 @@ class AuditConfig:
         mode: ``realised`` (the update's realised entropy change against the predicted
             polarity, the first-order error, the step size), ``probe`` (from a copy of the
             policy, one step on each polarity branch's loss; for small models), or ``both``.
-        probe_step: parameter-space norm of each probe step.
+        probe_step: parameter-space norm of each probe step; small enough for the first-order
+            regime (on the tiny model ``dH / probe_step`` settles only below ~2e-3: check
+            with a second value, the probe's ``dH`` should halve with the step).
     """
 
     every: int = 0
     max_states: int = 128
     mode: Literal["realised", "probe", "both"] = "realised"
-    probe_step: float = 0.1
+    probe_step: float = 1e-3
 
 
 @dataclass
