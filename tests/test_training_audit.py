@@ -304,6 +304,24 @@ def test_an_audited_run_trains_exactly_as_an_unaudited_one(runs) -> None:
         assert torch.equal(p, q)
 
 
+def test_audit_leaves_bapo_with_a_kl_reference_unchanged(tmp_path) -> None:
+    # BAPO searches its bounds from the current policy each optimiser step; the KL reference
+    # is a frozen copy: neither may see the audit
+    extra = ["algo=bapo", "algorithm.kl_beta=0.05", "steps=2", "ppo.num_minibatches=2"]
+    a = trainer_module.train(load_config(None, [*OVERRIDES, *extra]), tmp_path / "a")
+    b = trainer_module.train(
+        load_config(None, [*OVERRIDES, *extra, "audit.every=1", "audit.mode=both"]), tmp_path / "b"
+    )
+
+    def training(run_dir):
+        rows = read_metrics(run_dir)
+        return [{k: v for k, v in r.items() if not k.startswith(("audit/", "time/", "tokens_"))}
+                for r in rows]  # fmt: skip
+
+    assert training(a.run_dir) == training(b.run_dir)
+    assert "bapo/c_high" in read_metrics(b.run_dir)[0] and "kl" in read_metrics(b.run_dir)[0]
+
+
 def test_start_audit_runs_on_every_nth_step_only() -> None:
     cfg = load_config(None, [*OVERRIDES, "audit.every=3"])
     assert trainer_module.start_audit(cfg, None, None, 1) is None
