@@ -163,9 +163,11 @@ def to_call(action: str) -> ToolCall | str:
     return ToolCall(call.tool, dict(zip(PARAM_ORDER[call.tool], call.args)))
 
 
-#: AgentBench FC's message after a reply with neither a call nor a final answer (kg task.py).
+#: AgentBench FC's wording (knowledgegraph/api.py prefixes every result with "Observation: ";
+#: task.py's message after a reply with neither a call nor a final answer).
 AGENTBENCH_STYLE = MessageStyle(
-    no_call=lambda env: "No valid function calls found! Need to recheck the function calls."
+    result=lambda env, call, obs: obs if obs.startswith("Observation:") else f"Observation: {obs}",
+    no_call=lambda env: "No valid function calls found! Need to recheck the function calls.",
 )
 
 SUITE = ToolSuite(
