@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 import entropace.algos as algos
@@ -63,6 +64,56 @@ class Learner:
     def __post_init__(self) -> None:
         if not self.params:
             self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.cfg.ppo.checkpoint_mlp:
+            checkpoint_mlps(self.model)
+
+
+# ---------------------------------------------------------------------------------------------
+# activation memory: recompute the MLPs in the backward pass
+# ---------------------------------------------------------------------------------------------
+
+
+def _checkpointed(forward: Callable[[Tensor], Tensor], module: torch.nn.Module):
+    def run(x: Tensor) -> Tensor:
+        if module.training and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(forward, x, use_reentrant=False)
+        return forward(x)
+
+    run.entropace_checkpointed = True  # type: ignore[attr-defined]
+    return run
+
+
+def checkpoint_mlps(model: torch.nn.Module) -> int:
+    """Recompute every decoder layer's MLP in the backward pass instead of keeping its
+    activations (``ppo.checkpoint_mlp``); returns the number of MLPs wrapped (idempotent).
+
+    A Llama-style MLP ``down(act(gate(x)) * up(x))`` keeps four ``[tokens, d_ff]`` tensors for
+    its backward (``d_ff = 1536`` for SmolLM2-135M: 24 KiB per token and layer in fp32, about
+    half of a layer's activations); checkpointed, it keeps only ``x``. Exact: the recompute
+    runs the same kernels on the same inputs (``torch.utils.checkpoint``, non-reentrant), so
+    values and gradients are bitwise those of the plain pass. Unlike
+    ``model.gradient_checkpointing`` (whole layers, which turns the key/value cache off), it
+    leaves attention alone, so the shared-prefix path (``ppo.share_prefix``) stays on. Costs
+    one more MLP forward per micro-batch (about a quarter of the update's compute). The
+    module tree and the ``state_dict`` are unchanged (the instance's ``forward`` is wrapped).
+
+    Raises:
+        ValueError: the model has no decoder layer with ``self_attn`` and ``mlp`` submodules.
+    """
+    count = 0
+    for layer in model.modules():
+        mlp = getattr(layer, "mlp", None)
+        if not isinstance(mlp, torch.nn.Module) or not hasattr(layer, "self_attn"):
+            continue
+        if not getattr(mlp.forward, "entropace_checkpointed", False):
+            mlp.forward = _checkpointed(mlp.forward, mlp)
+        count += 1
+    if count == 0:
+        raise ValueError(
+            f"ppo.checkpoint_mlp: {type(model).__name__} has no decoder layer with self_attn and "
+            "mlp submodules; turn ppo.checkpoint_mlp off (or use model.gradient_checkpointing)"
+        )
+    return count
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""Where the update's memory goes: the quick preset's batch (G=8) on SmolLM2-135M, variants side by side.
+
+A quick-preset-shaped batch on the embedded SmolLM2-135M: 3 tasks x G=8 trajectories, each group
+sharing a prompt (270, 450 and 610 tokens, the quick tasks' range: reasoning 267, kg 487, db 609
+with SmolLM2's tokenizer), then two policy turns of 32 tokens around an observation of 40-80
+tokens (uneven); rewards with variance in every group, so the update runs its passes. Each
+variant runs in a fresh subprocess, in order, ``--repeats`` times (peak RSS is the process's,
+``ru_maxrss``):
+
+1. load the model (RSS after load),
+2. the rollout's no-grad statistics pass (``sequence_token_stats``, ``rollout.micro_batch_size``
+   of the preset, shared prefixes),
+3. one ``update_step`` with the quick preset's PPO settings (1 epoch x 2 mini-batches).
+
+Variants are ``key=value`` overrides of the quick preset (``ppo.fused_head``,
+``rollout.fused_head``, ``ppo.micro_batch_size``, ``model.gradient_checkpointing``, ...).
+``--profile`` adds, per variant, torch's memory profiler over one micro-batch's forward +
+backward (the categories of the live tensors at their peak: parameters, gradients, activations,
+temporaries, autograd detail), which ``tracemalloc`` cannot see.
+
+    python benchmarks/bench_update_memory.py --markdown benchmarks/results/update_memory.md \\
+        "ppo.fused_head=false rollout.fused_head=false" "" "model.gradient_checkpointing=true"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROMPTS = (270, 450, 610)
+G = 8
+
+
+def make_batch(vocab: int):
+    import torch
+
+    from entropace.rollout import RolloutBatch
+
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for k, n in enumerate(PROMPTS):
+        prompt = torch.randint(10, vocab, (n,), generator=g)
+        for i in range(G):
+            obs = 40 + (13 * (3 * k + i)) % 41
+            turn = [torch.randint(10, vocab, (32,), generator=g) for _ in range(2)]
+            ids = torch.cat(
+                [prompt, turn[0], torch.randint(10, vocab, (obs,), generator=g), turn[1]]
+            )
+            mask = torch.zeros(len(ids))
+            mask[n : n + 32] = 1
+            mask[n + 32 + obs :] = 1
+            rows.append((ids, mask, k))
+    length, batch = max(len(r[0]) for r in rows), len(rows)
+    input_ids = torch.zeros(batch, length, dtype=torch.long)
+    attn = torch.zeros(batch, length, dtype=torch.long)
+    loss_mask = torch.zeros(batch, length)
+    for i, (ids, mask, _) in enumerate(rows):
+        input_ids[i, : len(ids)], attn[i, : len(ids)], loss_mask[i, : len(ids)] = ids, 1, mask
+    groups = torch.tensor([k for _, _, k in rows])
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0] * 3)
+    zeros = torch.zeros(batch, length)
+    return RolloutBatch(
+        input_ids=input_ids, attention_mask=attn, loss_mask=loss_mask, old_logprobs=zeros,
+        entropy=zeros, sensitivity=zeros, rewards=rewards, group_ids=groups, task_ids=groups,
+        task_names=["db", "kg", "reasoning"], success=rewards > 0,
+        abnormal=torch.zeros(batch, dtype=torch.bool), num_turns=torch.full((batch,), 2),
+    )  # fmt: skip
+
+
+def rss_mib() -> float:
+    """Current resident set size (``/proc/self/statm``)."""
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def profile_micro_batch(learner, batch) -> dict[str, float]:
+    """Peak of the live tensors (MiB) by category over one micro-batch's forward + backward,
+    from ``torch.profiler``'s memory profile (``profile_memory`` + ``with_stack``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
+
+    from entropace.train.learner import MiniBatch, accumulate_gradients, group_micro_batches
+
+    cfg = learner.cfg
+    data = MiniBatch(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, loss_mask=batch.loss_mask,
+        old_logprobs=batch.old_logprobs, advantages=batch.loss_mask * 0.5,
+        eps_low=torch.full((len(batch.rewards), 1), 0.2),
+        eps_high=torch.full((len(batch.rewards), 1), 0.28), task_ids=batch.task_ids,
+        group_ids=batch.group_ids,
+    )  # fmt: skip
+    first = group_micro_batches(batch.group_ids, cfg.ppo.micro_batch_size)[-1]  # a 610-token group
+    mb = data.select(first)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 with_stack=True) as prof:  # fmt: skip
+        accumulate_gradients(learner, mb)
+    timeline = MemoryProfileTimeline(prof._memory_profile())
+    times, sizes = timeline._coalesce_timeline("cpu")
+    import numpy as np
+
+    sizes = np.array(sizes, dtype=np.float64)  # [T, categories + 1] (column 0: unknown)
+    total = sizes.sum(axis=1)
+    at = int(total.argmax())
+    names = ["unknown"] + [c.name.lower() for c in Category]
+    out = {f"prof_{n}_mib": float(sizes[at, i]) / 2**20 for i, n in enumerate(names)}
+    out["prof_peak_mib"] = float(total[at]) / 2**20
+    learner.optimizer.zero_grad(set_to_none=True)
+    return out
+
+
+def child(overrides: list[str], profile_it: bool) -> dict:
+    import torch
+
+    from entropace.rollout import sequence_token_stats
+    from entropace.train.config import load_config
+    from entropace.train.trainer import build_learner, build_model
+    from entropace.train.update import update_step
+
+    torch.manual_seed(0)
+    cfg = load_config("quick", overrides, check_envs=False)
+    out: dict = {"rss_start_mib": rss_mib()}
+    model, _, _ = build_model(cfg.model)
+    out["rss_model_mib"] = rss_mib()
+    batch = make_batch(model.config.vocab_size)
+    t0, c0 = time.perf_counter(), time.process_time()
+    with torch.no_grad():
+        st = sequence_token_stats(
+            model, batch.input_ids, batch.attention_mask, temperature=cfg.rollout.temperature,
+            chunk_size=cfg.rollout.stats_chunk_size, micro_batch_size=cfg.rollout.micro_batch_size,
+            loss_mask=batch.loss_mask, groups=batch.group_ids if cfg.rollout.share_prefix else None,
+            fused_head=cfg.rollout.fused_head,
+        )  # fmt: skip
+    out.update(stats_s=time.perf_counter() - t0, stats_cpu_s=time.process_time() - c0)
+    out["peak_after_stats_mib"] = peak_mib()
+    batch.old_logprobs, batch.entropy = st.logprob * batch.loss_mask, st.entropy * batch.loss_mask
+    batch.sensitivity = st.sensitivity * batch.loss_mask
+    learner = build_learner(cfg, model)
+    if profile_it:
+        out.update(profile_micro_batch(learner, batch))
+    t0, c0 = time.perf_counter(), time.process_time()
+    metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
+    out.update(update_s=time.perf_counter() - t0, update_cpu_s=time.process_time() - c0,
+               loss=metrics["loss"], grad_norm=metrics["grad_norm"])  # fmt: skip
+    out["rss_end_mib"] = rss_mib()
+    out["peak_rss_mib"] = peak_mib()
+    out["tokens"] = int(batch.attention_mask.sum())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("variants", nargs="*", default=["ppo.fused_head=false rollout.fused_head=false",
+                                                   ""])  # fmt: skip
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--markdown", type=Path)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child(args.child.split(), args.profile)))
+        return 0
+    results: list[tuple[str, dict]] = []
+    for _ in range(args.repeats):
+        for variant in args.variants:
+            cmd = [sys.executable, __file__, "--child", variant]
+            cmd += ["--profile"] if args.profile else []
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"variant {variant!r} failed:\n{proc.stderr[-3000:]}")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append((variant or "(defaults)", res))
+            print(variant or "(defaults)", res, flush=True)
+    lines = [
+        "| variant | RSS after load MiB | peak after stats MiB | peak RSS MiB | stats CPU s | "
+        "update CPU s | loss | grad norm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results:
+        lines.append(
+            f"| `{name}` | {r['rss_model_mib']:.0f} | {r['peak_after_stats_mib']:.0f} | "
+            f"{r['peak_rss_mib']:.0f} | {r['stats_cpu_s']:.1f} | {r['update_cpu_s']:.1f} | "
+            f"{r['loss']:.6f} | {r['grad_norm']:.6f} |"
+        )
+    if args.profile:
+        cats = [k for k in results[0][1] if k.startswith("prof_")]
+        lines += ["", "Memory profile of one micro-batch (live tensors at their peak, MiB):", "",
+                  "| variant | " + " | ".join(c[5:-4] for c in cats) + " |",
+                  "|---|" + "---|" * len(cats)]  # fmt: skip
+        for name, r in results:
+            lines.append(f"| `{name}` | " + " | ".join(f"{r[c]:.0f}" for c in cats) + " |")
+    base = results[0][1]
+    for name, r in results[1:]:
+        lines.append(
+            f"\n`{name}` vs `{results[0][0]}`: update CPU {base['update_cpu_s'] / r['update_cpu_s']:.2f}x, "
+            f"stats CPU {base['stats_cpu_s'] / r['stats_cpu_s']:.2f}x, "
+            f"peak RSS {r['peak_rss_mib'] / base['peak_rss_mib']:.2f}x"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        quoted = " ".join(f'"{v}"' for v in args.variants)
+        flags = f"--repeats {args.repeats}" + (" --profile" if args.profile else "")
+        args.markdown.write_text(
+            "# The update's memory (quick batch, G=8, SmolLM2-135M)\n\n"
+            f"Command: `python benchmarks/bench_update_memory.py {flags} --markdown "
+            f"{args.markdown} {quoted}`\n\n" + (__doc__ or "") + "\n" + text + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
