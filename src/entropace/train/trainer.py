@@ -4,7 +4,8 @@ Each step (1-based)::
 
     prompts  = sampler.next_prompts()               # P per task from the mix, seeds in order
     rollout  = collect_rollouts(model, ..., seed)   # G samples each, multi-turn, token stats
-    metrics  = rollout_metrics(batch) | update_step(learner, batch)
+    audit    = start_audit(cfg, model, batch, step)  # every audit.every steps, else None
+    metrics  = rollout_metrics(batch) | update_step(learner, batch) | audit.finish(model)
     writer.write(step, metrics)                     # metrics.jsonl + TensorBoard
     save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
 
