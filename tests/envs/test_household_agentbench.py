@@ -84,7 +84,7 @@ def test_nearest_admissible_cases() -> None:
     )
     # Equal BLEU: the first in the list (np.argmax): cabinet 1 before cabinet 2.
     assert nearest_admissible("go to cabinet", KITCHEN) == "go to cabinet 1"
-    # One word that is not a command but occurs in one: BLEU = exp(1 - 3) * 1 > 0.01.
+    # One word that is not a command but occurs in one: BLEU = exp(1 - 4/1) * 1 > 0.01.
     assert nearest_admissible("fridge", KITCHEN) == "go to fridge 1"
     # Nothing in common, empty text, or no admissible commands: None (left unmapped).
     assert nearest_admissible("xyzzy plugh", KITCHEN) is None

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from entropace.envs import DIFFICULTIES, make, spec
 from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate, run_episode
 from entropace.envs.shop import build_catalogue, make_goal, shop_reward
-from entropace.envs.shop.catalogue import Product, title_parts
+from entropace.envs.shop.catalogue import Product
 from entropace.envs.shop.webshop import (
     full_process,
     get_attribute_reward,
@@ -24,6 +24,7 @@ from entropace.envs.shop.webshop import (
     get_type_reward,
     normalize_color,
     token_set_ratio,
+    type_factor,
     type_words,
 )
 
@@ -90,32 +91,60 @@ def test_token_set_ratio_never_raises(a: str, b: str) -> None:
 # --------------------------------------------------------------------------- the four rewards
 
 
+@pytest.mark.parametrize(
+    ("query", "category", "title", "r_type"),
+    [
+        (True, True, 1.0, 1.0),
+        (False, False, 0.25, 1.0),  # title_score > 0.2 alone is a match
+        (False, False, 0.2, 0.5),  # not > 0.2: no match -> 0.5
+        (False, False, 0.1, 0.5),  # 0.1 is not < 0.1
+        (False, False, 0.09, 0.1),
+        (True, True, 0.09, 0.1),  # the title tests override a query/category match
+        (True, True, 0.0, 0.0),
+        (False, True, 0.5, 1.0),
+    ],
+)
+def test_type_factor_branches(query: bool, category: bool, title: float, r_type: float) -> None:
+    assert type_factor(query, category, title) == r_type
+
+
+def _product(category: str, title: str) -> Product:
+    return Product("B0TEST0002", category, title, 50.0, ("x",), (), 4.0)
+
+
 def test_type_reward_cases() -> None:
-    target = _boots("Arbor Waterproof Hiking Boots", ("waterproof",))
-    assert type_words(target) == ["arbor", "hiking", "boots"]
-    # Same brand and noun: title_score 3/3 -> r_type 1.
+    target = _product("running shoes", "Glenrock Memory Foam Wide Fit Trail Runners")
+    assert type_words(target) == ["glenrock", "memory", "foam", "wide", "fit", "trail", "runners"]
+    assert type_words(_product("shampoo", "Arbor For Dry Hair 2-In-1 Shampoo")) == [
+        "arbor",
+        "dry",
+        "hair",
+        "shampoo",
+    ]  # "for", "in" and numbers are not nouns
     assert get_type_reward(target, target) == {
         "r_type": 1.0,
         "query_match": True,
         "category_match": True,
         "title_score": 1.0,
     }
-    # Other brand, other noun of the same category: 1 of 3 words ("boots") -> 1/3 > 0.2 -> 1.
-    other = _boots("Kestrel Leather Ankle Boots", ("leather",))
-    assert get_type_reward(other, target)["title_score"] == pytest.approx(1 / 3)
-    assert get_type_reward(other, target)["r_type"] == 1.0
-    # Same category, no common type word: title_score 0 -> r_type 0 despite the query match.
-    products = build_catalogue()
-    pack = next(p for p in products if title_parts(p) == ("arbor", "backpack"))
-    daypack = next(p for p in products if title_parts(p) == ("kestrel", "daypack"))
-    info = get_type_reward(daypack, pack)
-    assert (info["query_match"], info["title_score"], info["r_type"]) == (True, 0.0, 0.0)
-    # Another category but the same brand: 1 of 2 words -> 0.5 > 0.2 -> r_type 1 (WebShop's
-    # title match does not look at the category).
-    lamp = next(p for p in products if title_parts(p)[0] == "arbor" and p.category == "desk lamps")
-    info = get_type_reward(lamp, pack)
-    assert (info["query_match"], info["category_match"]) == (False, False)
-    assert (info["title_score"], info["r_type"]) == (0.5, 1.0)
+    # Same category, no common word: title_score 0 -> r_type 0 despite the query match.
+    shoes = _product("running shoes", "Ironleaf Lightweight Running Shoes")
+    assert get_type_reward(shoes, target) == {
+        "r_type": 0.0,
+        "query_match": True,
+        "category_match": True,
+        "title_score": 0.0,
+    }
+    # Other category (same department: breadcrumbs share 1 < 2): "fit" is 1 of 7 words ->
+    # 0.143, not > 0.2 and not < 0.1 -> 0.5.
+    shirt = _product("t-shirts", "Halden Relaxed Fit T-Shirt")
+    info = get_type_reward(shirt, target)
+    assert (info["query_match"], info["category_match"], info["r_type"]) == (False, False, 0.5)
+    assert info["title_score"] == pytest.approx(1 / 7)
+    # Other category, brand and "fit" shared: 2/7 > 0.2 -> 1.0 ("tee" is not a noun to spaCy).
+    tee = _product("t-shirts", "Glenrock Quick Dry Relaxed Fit Graphic Tee")
+    info = get_type_reward(tee, target)
+    assert (info["title_score"], info["r_type"]) == (pytest.approx(2 / 7), 1.0)
 
 
 def test_attribute_reward_cases() -> None:
@@ -146,7 +175,8 @@ def test_get_reward_hand_worked() -> None:
     attributes = ("waterproof", "slip resistant", "steel toe")
     # n_attr = 2 (slip resistant, steel toe; see above); options brown / 10 against the chosen
     # brown / 11: brown 100, "10" vs "11" 50 -> n_opt = 1; price 120 > 100 -> 0;
-    # r_type: words [kestrel, trekking, boots] vs [arbor, hiking, boots] -> 1/3 -> 1.
+    # r_type: words [kestrel steel toe trekking boots] vs [arbor waterproof hiking boots] ->
+    # 1/4 (boots) > 0.2 -> 1.
     # r = (2 + 1 + 0) / (3 + 2 + 1) * 1 = 0.5
     total, parts = get_reward(
         bought, target, attributes, ["brown", "10"], 100.0, {"color": "brown", "size": "11"}
@@ -156,7 +186,7 @@ def test_get_reward_hand_worked() -> None:
         "r_type": 1.0,
         "query_match": True,
         "category_match": True,
-        "title_score": pytest.approx(1 / 3),
+        "title_score": 0.25,
         "r_att": pytest.approx(2 / 3),
         "w_att": 0.5,
         "r_price": False,

@@ -346,12 +346,3 @@ def product_description(product: Product) -> str:
         f"{product.title}. A {', '.join(product.attributes)} {singular} "
         f"from our {product.department} department."
     )
-
-
-def title_parts(product: Product) -> tuple[str, str]:
-    """``(brand, noun)`` of a title built by :func:`_make_product` (``"{brand} {attributes}
-    {noun}"``): the brand it starts with and the category noun it ends with, lower case."""
-    brand = max((b for b in BRANDS if product.title.startswith(b + " ")), key=len, default="")
-    nouns = CATEGORIES[product.category][1]
-    noun = max((n for n in nouns if product.title.endswith(" " + n.title())), key=len, default="")
-    return brand.lower(), noun
