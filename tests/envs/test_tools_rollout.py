@@ -209,3 +209,50 @@ def test_sampled_tool_episodes_with_kv_reuse(tiny_model_and_tokenizer: tuple[Any
     # every step of a random model is a malformed or missing call: counted per task
     for task, c in result.task_counts.items():
         assert c["tool_errors"] == c["parse_errors"] == c["turns"] > 0, task
+
+
+def test_trl_rollout_func_with_the_tools_interface(
+    tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL plug-in: ``env_options={family: {"interface": "tools"}}`` (or ``profile``) reaches
+    ``make``; the schemas are rendered and the completion mask is the policy's tokens."""
+    pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from entropace.integrations.trl import EnvRolloutConfig, env_rollout_func
+
+    model, tok = tiny_model_and_tokenizer
+    rows = [{"task": "kg", "seed": 0}, {"task": "kg", "seed": 0}, {"task": "shop", "seed": 1}]
+
+    def scripted(model_: Any, prompts: list[list[int]], **kwargs: Any) -> list[list[int]]:
+        reply = '<tool_call>{"name": "get_relations", "arguments": {"variable": "France"}}'
+        eos = tok.convert_tokens_to_ids("<|im_end|>")
+        return [tok(reply + "</tool_call>", add_special_tokens=False)["input_ids"] + [eos]] * len(
+            prompts
+        )
+
+    monkeypatch.setattr(engine_module, "generate_turn", scripted)
+    trainer = SimpleNamespace(
+        model=model,
+        processing_class=tok,
+        _entropace_inputs=rows,
+        num_generations=2,
+        temperature=1.0,
+        args=SimpleNamespace(top_p=1.0),
+        task_names=["kg", "shop"],
+    )
+    config = EnvRolloutConfig(
+        max_turns=2,
+        max_new_tokens_per_turn=64,
+        env_options={"kg": {"interface": "tools"}, "shop": {"profile": "agentbench"}},
+    )
+    out = env_rollout_func(config)([r["task"] for r in rows], trainer)
+    kg_prompt = tok.decode(out["prompt_ids"][0])
+    assert "<tools>" in kg_prompt and '"name": "get_relations"' in kg_prompt
+    shop_prompt = tok.decode(out["prompt_ids"][2])
+    assert '"name": "search_action"' in shop_prompt and "The initial observation:" in shop_prompt
+    for completion, mask in zip(out["completion_ids"], out["env_mask"]):
+        policy = tok.decode([t for t, m in zip(completion, mask) if m])
+        assert policy.count("<tool_call>") == 2  # two turns, each exactly the scripted reply
+    kg_completion = tok.decode(out["completion_ids"][0])
+    assert "<|im_start|>tool\n<tool_response>\nRelations of France" in kg_completion
