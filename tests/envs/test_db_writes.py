@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import random
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from entropace.envs.checks import (  # noqa: E402
     oracle_success_rate,
     run_episode,
 )
-from entropace.envs.db import private  # noqa: E402
+from entropace.envs.db import private, sandbox  # noqa: E402
 from entropace.envs.db.build import SOURCES, database_path  # noqa: E402
 from entropace.envs.db.env import SYSTEM_PROMPT, DbEnv  # noqa: E402
 from entropace.envs.db.private import (  # noqa: E402
@@ -47,6 +48,7 @@ from entropace.envs.db.questions import (  # noqa: E402
     parse_kinds,
     trusted_connection,
 )
+from entropace.envs.db.sandbox import connect_readonly, run_query  # noqa: E402
 from entropace.envs.db.write_templates import WRITE_TEMPLATES  # noqa: E402
 
 DIFFS = ("easy", "medium", "hard")
@@ -521,6 +523,32 @@ def test_timed_out_write_is_undone(db_paths) -> None:
         assert db.execute("INSERT INTO genres (name) VALUES ('ok')").rows_changed == 1
     finally:
         db.close()
+
+
+@pytest.mark.skipif(sandbox.MEMORY_USED is None, reason="SQLite memory counter unavailable")
+def test_memory_cap_stops_huge_sorts(db_paths, monkeypatch) -> None:
+    """A full sort of a cross join is stopped by memory, long before its time limit."""
+    monkeypatch.setattr(sandbox, "MAX_STATEMENT_MEMORY", 32 * 1024 * 1024)
+    huge = "SELECT a.*, b.* FROM flights a, flights b ORDER BY random()"
+    db = PrivateDb("flights", ["flights"])
+    read = connect_readonly(database_path("flights"))
+    try:
+        assert db._trusted("PRAGMA temp_store") == [(2,)]  # in memory: no temp files
+        read.set_authorizer(None)
+        assert read.execute("PRAGMA temp_store").fetchone() == (2,)
+        read.set_authorizer(sandbox._authorizer)
+        t0 = time.perf_counter()
+        res = db.execute(huge, timeout_s=30.0)
+        assert res.error is not None and "more than 32 MiB" in res.error
+        res = run_query(read, huge, timeout_s=30.0)
+        assert res.error is not None and "more than 32 MiB" in res.error
+        assert time.perf_counter() - t0 < 20.0
+        assert sandbox.MEMORY_USED() < 64 * 1024 * 1024  # released after the abort
+        ok = db.execute("SELECT dest, COUNT(*) FROM flights GROUP BY dest ORDER BY 2 DESC")
+        assert ok.error is None and len(ok.rows) == 20
+    finally:
+        db.close()
+        read.close()
 
 
 @pytest.mark.parametrize("difficulty", DIFFS)

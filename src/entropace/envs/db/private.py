@@ -19,7 +19,8 @@ Sandbox of the copy (in addition to everything in :mod:`entropace.envs.db.sandbo
    ``SQLITE_LIMIT_ATTACHED = 0``.
 3. Growth cap: ``PRAGMA max_page_count`` lets the copy grow by at most
    :data:`MAX_GROWTH_BYTES` (then ``database or disk is full`` and the statement is undone);
-   temp storage is in memory and capped the same way.
+   the temp schema (the change logs) is capped the same way; sorts and temporary results are
+   bounded by the statement guard's memory cap (:class:`~entropace.envs.db.sandbox.StatementGuard`).
 4. Rows-changed budget: each agent statement runs inside a savepoint; a statement that would
    take the episode past :data:`MAX_CHANGED_ROWS` changed rows is rolled back and refused.
 
@@ -39,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,6 +51,8 @@ from entropace.envs.db.sandbox import (
     MAX_SQL_CHARS,
     MAX_VALUE_BYTES,
     QueryResult,
+    StatementGuard,
+    apply_temp_store,
     check_statement,
     strip_sql,
 )
@@ -143,7 +145,7 @@ class PrivateDb:
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         growth = MAX_GROWTH_BYTES // page_size
         conn.execute(f"PRAGMA max_page_count = {pages + growth}")
-        conn.execute("PRAGMA temp_store = MEMORY")
+        apply_temp_store(conn)
         conn.execute("PRAGMA recursive_triggers = ON")
         self._triggers: set[str] = set()
         self._logs: set[str] = set()
@@ -219,19 +221,10 @@ class PrivateDb:
         if problem is not None:
             return WriteResult(error=problem)
         conn = self.conn
-        deadline = time.perf_counter() + timeout_s
-        timed_out = False
-
-        def progress() -> int:
-            nonlocal timed_out
-            if time.perf_counter() > deadline:
-                timed_out = True
-                return 1
-            return 0
-
+        guard = StatementGuard(timeout_s)
         before = conn.total_changes
         self._trusted("SAVEPOINT agent_statement")
-        conn.set_progress_handler(progress, 1000)
+        conn.set_progress_handler(guard, 1000)
         error: str | None = None
         rows: list[tuple] = []
         columns: list[str] = []
@@ -241,7 +234,7 @@ class PrivateDb:
             columns = [d[0] for d in cur.description or ()]
             cur.close()
         except sqlite3.DatabaseError as exc:
-            error = _error_text(exc, timed_out, timeout_s, self.writable)
+            error = _error_text(exc, guard, self.writable)
         except (sqlite3.Error, ValueError, OverflowError, MemoryError) as exc:
             error = f"SQL error: {type(exc).__name__}: {exc}"
         finally:
@@ -313,12 +306,9 @@ class PrivateDb:
             self._conn = None
 
 
-def _error_text(exc: sqlite3.Error, timed_out: bool, timeout_s: float, writable: tuple) -> str:
-    if timed_out:
-        return (
-            f"query timed out (limit {timeout_s:g} s): narrow it down (WHERE, LIMIT) or avoid "
-            "unbounded joins and recursion; the statement was undone"
-        )
+def _error_text(exc: sqlite3.Error, guard: StatementGuard, writable: tuple) -> str:
+    if guard.stopped is not None:
+        return guard.message() + "; the statement was undone"
     msg = str(exc)
     if "not authorized to use function" in msg:
         return f"SQL error: {msg} (disabled in this sandbox)"

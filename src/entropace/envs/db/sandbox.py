@@ -10,8 +10,13 @@ Layers of defence (each one alone stops writes; together they also give clear me
    is denied at prepare time.
 3. The statement must be a single ``SELECT`` / ``WITH ... SELECT`` / ``VALUES`` statement;
    several statements are rejected before anything runs.
-4. A progress handler aborts queries that exceed a wall-clock limit (infinite recursive CTEs,
-   huge cross joins), and ``SQLITE_LIMIT_LENGTH`` caps any string or blob a query builds.
+4. A progress handler (:class:`StatementGuard`) aborts queries that exceed a wall-clock limit
+   (infinite recursive CTEs, huge cross joins) or make SQLite's heap grow by more than
+   :data:`MAX_STATEMENT_MEMORY` (a full sort of a cross join); ``SQLITE_LIMIT_LENGTH`` caps
+   any string or blob a query builds. Where SQLite's memory counter is readable (Linux with
+   the system ``libsqlite3``), temporary tables and sorters are kept in memory
+   (``temp_store=MEMORY``), so no query writes temporary files, and the memory cap bounds
+   them; elsewhere ``temp_store`` keeps SQLite's default and only the time limit applies.
 5. At most ``max_rows`` rows are fetched (``fetchmany``), each cell and the rendered table
    are capped in characters.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +51,84 @@ _FIRST_WORD = re.compile(r"^\s*([A-Za-z]+)")
 MAX_VALUE_BYTES = 100_000
 #: Longest SQL text accepted (characters).
 MAX_SQL_CHARS = 10_000
+#: Growth of SQLite's heap (bytes, process-wide counter) at which a statement is stopped.
+MAX_STATEMENT_MEMORY = 256 * 1024 * 1024
+
+
+def _memory_counter() -> Callable[[], int] | None:
+    """``sqlite3_memory_used`` of the SQLite library behind :mod:`sqlite3`, or None.
+
+    Read through ``ctypes`` from the ``_sqlite3`` extension (its symbol table includes the
+    library it links); None where the symbol is missing or memory statistics are compiled
+    out (the counter stays 0 with a connection open).
+    """
+    try:
+        import _sqlite3
+        import ctypes
+
+        fn = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int64
+    fn.argtypes = []
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("CREATE TABLE t (x)")
+        used = int(fn())
+    finally:
+        probe.close()
+    return (lambda: int(fn())) if used > 0 else None
+
+
+#: SQLite's heap counter (None where unavailable: then no memory cap, default temp_store).
+MEMORY_USED: Callable[[], int] | None = _memory_counter()
+
+
+class StatementGuard:
+    """Progress handler of one untrusted statement: stops it past ``timeout_s`` of wall-clock
+    time, or once SQLite's heap has grown by :data:`MAX_STATEMENT_MEMORY` since it started.
+
+    The memory counter is process-wide (all SQLite connections of the process), so heavy
+    concurrent statements in other threads count too; legitimate statements use a few MB.
+    ``stopped`` is ``"time"`` or ``"memory"`` after an abort, else None.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = time.perf_counter() + timeout_s
+        self.start = MEMORY_USED() if MEMORY_USED is not None else 0
+        self.calls = 0
+        self.stopped: str | None = None
+
+    def __call__(self) -> int:
+        if time.perf_counter() > self.deadline:
+            self.stopped = "time"
+            return 1  # non-zero aborts the running statement
+        if MEMORY_USED is not None:
+            self.calls += 1
+            if self.calls % 16 == 0 and MEMORY_USED() - self.start > MAX_STATEMENT_MEMORY:
+                self.stopped = "memory"
+                return 1
+        return 0
+
+    def message(self) -> str:
+        """The agent's error message for the abort (``stopped`` must be set)."""
+        if self.stopped == "memory":
+            return (
+                f"query stopped: it needed more than {MAX_STATEMENT_MEMORY // 2**20} MiB of "
+                "memory (a sort or temporary result too large): narrow it down (WHERE, LIMIT) "
+                "or avoid unbounded joins"
+            )
+        return (
+            f"query timed out (limit {self.timeout_s:g} s): narrow it down (WHERE, LIMIT) "
+            "or avoid unbounded joins and recursion"
+        )
+
+
+def apply_temp_store(conn: sqlite3.Connection) -> None:
+    """Keep ``conn``'s temporary tables and sorters in memory when the memory cap works."""
+    if MEMORY_USED is not None:
+        conn.execute("PRAGMA temp_store = MEMORY")
 
 
 def _authorizer(action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None):
@@ -60,6 +144,7 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     conn.execute("PRAGMA query_only=ON")
+    apply_temp_store(conn)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -182,28 +267,16 @@ def run_query(
     problem = check_statement(sql)
     if problem is not None:
         return QueryResult(error=problem)
-    deadline = time.perf_counter() + timeout_s
-    timed_out = False
-
-    def progress() -> int:
-        nonlocal timed_out
-        if time.perf_counter() > deadline:
-            timed_out = True
-            return 1  # non-zero aborts the running statement
-        return 0
-
-    conn.set_progress_handler(progress, 1000)
+    guard = StatementGuard(timeout_s)
+    conn.set_progress_handler(guard, 1000)
     try:
         cur = conn.execute(sql)
         rows = cur.fetchmany(max_rows + 1)
         columns = [d[0] for d in cur.description or ()]
         cur.close()
     except sqlite3.DatabaseError as exc:
-        if timed_out:
-            return QueryResult(
-                error=f"query timed out (limit {timeout_s:g} s): narrow it down (WHERE, LIMIT) "
-                "or avoid unbounded joins and recursion"
-            )
+        if guard.stopped is not None:
+            return QueryResult(error=guard.message())
         msg = str(exc)
         if "not authorized to use function" in msg:
             msg += " (disabled in this sandbox)"
