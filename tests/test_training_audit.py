@@ -245,6 +245,36 @@ def test_state_logits_follow_the_statistics_pass() -> None:
         torch.testing.assert_close(h, ref[rows, cols], rtol=1e-5, atol=1e-6)
 
 
+def test_first_order_error_is_quadratic_on_a_network_too() -> None:
+    # the tiny LM (float64), moved along one fixed parameter direction by eps, 2 eps, 4 eps
+    from entropace.models import build_tiny_model
+
+    model, _ = build_tiny_model(seed=0)
+    model = model.double().eval()
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(4, 200, (2, 10), generator=gen)
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(2, 10)
+    mask[:, 4:] = 1
+    rows, cols = sample_states(mask, 100)
+    base = [p.detach().clone() for p in model.parameters()]
+    direction = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in base]
+    scale = 1.0 / math.sqrt(sum(float((d**2).sum()) for d in direction))
+    before = state_logits(model, ids, attn, rows, cols)
+    errors, steps = [], []
+    for eps in (4e-2, 2e-2, 1e-2):
+        with torch.no_grad():
+            for p, p0, d in zip(model.parameters(), base, direction):
+                p.copy_(p0 + eps * scale * d)
+        after = state_logits(model, ids, attn, rows, cols)
+        out = realised_audit(before, after, ids[rows, cols], torch.ones(rows.numel()))
+        errors.append(out["audit/first_order_error"])
+        steps.append(out["audit/logit_step_norm"])
+    assert steps[0] / steps[1] == pytest.approx(2.0, rel=0.05)
+    for big, small in zip(errors, errors[1:]):
+        assert 3.5 < big / small < 4.5, errors
+
+
 # ---------------------------------------------------------------------------------------------
 # the trainer
 # ---------------------------------------------------------------------------------------------
