@@ -56,6 +56,7 @@ _BUILTIN_MODULES: tuple[str, ...] = (
     "entropace.envs.os",
     "entropace.envs.household",
     "entropace.envs.shop",
+    "entropace.envs.lab",
 )
 _loaded = False
 #: builtin family module -> why it could not be imported (a missing optional dependency)

@@ -1,0 +1,40 @@
+"""``lab-*``: the pace-mismatch lab, synthetic code-answer tasks of graded difficulty.
+
+A controlled toy for studying entropy pacing on the tiny model in minutes (``docs/lab.md``),
+not an agent benchmark. Each task of :data:`LAB_TASKS` is registered as its own family
+(``lab-easy``, ``lab-mid``, ``lab-hard``) because batches and metrics are keyed by family.
+"""
+
+from entropace.envs.lab.env import (
+    LAB_TASKS,
+    LabEnv,
+    LabTask,
+    lab_oracle,
+    matched_prefix,
+    score_reply,
+)
+from entropace.envs.registry import EnvSpec, register
+
+__all__ = ["LAB_TASKS", "SPECS", "LabEnv", "LabTask", "lab_oracle", "matched_prefix", "score_reply"]
+
+
+def _spec(task: LabTask) -> EnvSpec:
+    factory = type(f"LabEnv_{task.name.replace('-', '_')}", (LabEnv,), {"task": task})
+    hints = []
+    if task.partial:
+        hints.append(f"prefix credit {task.partial:g}")
+    if task.decoy:
+        hints.append(f"decoy {task.decoy!r} worth {task.decoy_reward:g}")
+    extra = f" ({', '.join(hints)})" if hints else ""
+    return EnvSpec(
+        name=task.name,
+        factory=factory,
+        oracle=lab_oracle,
+        description=(
+            f"pace-mismatch lab, {task.level}: reply with a {len(task.code)}-digit code{extra}"
+        ),
+        options={"difficulty": "easy | medium | hard (default easy): code length +0 / +1 / +2"},
+    )
+
+
+SPECS: dict[str, EnvSpec] = {name: register(_spec(task)) for name, task in LAB_TASKS.items()}

@@ -1,0 +1,190 @@
+"""The pace-mismatch lab: synthetic code-answer tasks of graded difficulty (``docs/lab.md``).
+
+Every lab task asks for a short digit *code*. Instance ``seed`` of a task shows the code, a
+seeded list of distractor codes and, for tasks with a decoy, the decoy rule; the agent's reply
+is scored by its beginning (leading whitespace skipped):
+
+* it starts with the code: reward 1, ``success`` (the episode ends);
+* it starts with the task's decoy prefix (a dead end): reward ``decoy_reward``, no success;
+* otherwise: partial credit ``partial * m / n``, ``m`` the number of leading characters it
+  shares with the code (``n`` characters); the episode ends (one attempt per instance);
+* an empty reply is a parse error (the episode goes on: the next turn may answer).
+
+Difficulty comes from the code length (each extra digit is one more token the policy has to
+find), the first digit's base rate under the tiny model, the prefix credit and the decoy (a
+cheap reward that pulls the policy the wrong way: lab-hard's decoy is lab-easy's answer, which
+the shared model already favours once lab-easy is learnt). GRPO normalises rewards within a
+group, so any reward variance drives the group to its best reply: a partial credit makes the
+policy commit to the digits it has found, a task whose groups all score 0 gets no gradient
+and keeps exploring until its first hit. Under GRPO on the ``lab`` preset lab-easy is solved
+within about 30 steps, lab-mid in some seeds and later, lab-hard rarely (``docs/lab.md``).
+
+The code of a task is the same in every instance (the seed changes the prompt's distractors
+and their order, not the gold answer): the lab measures how fast a policy commits to a rewarded
+string under each algorithm, not reading. The ``difficulty`` option lengthens every code by 0
+(``easy``), 1 (``medium``) or 2 (``hard``) characters.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from entropace.envs.base import DIFFICULTIES, WHITESPACE, action_too_long, check_difficulty
+
+__all__ = ["LAB_TASKS", "LabEnv", "LabTask", "lab_oracle", "matched_prefix", "score_reply"]
+
+
+@dataclass(frozen=True)
+class LabTask:
+    """One lab task (registered as its own family so metrics are keyed by ``name``).
+
+    Attributes:
+        name: family name (``lab-easy`` ...).
+        level: the task's own difficulty label, reported in ``reset`` info.
+        code: the gold code at ``difficulty="easy"`` (digits).
+        extension: digits appended to ``code`` at ``medium`` (1) and ``hard`` (2).
+        partial: weight of the prefix credit, ``reward = partial * m / n`` (in [0, 1)), ``m`` the
+            number of leading characters the reply shares with the ``n``-digit code.
+        decoy: a prefix (not a prefix of the code) that earns ``decoy_reward``; "" for none.
+        decoy_reward: reward of a decoy reply (in [0, 1)).
+        distractors: distractor codes listed in the prompt (seeded).
+    """
+
+    name: str
+    level: str
+    code: str
+    extension: str
+    partial: float = 0.0
+    decoy: str = ""
+    decoy_reward: float = 0.0
+    distractors: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.code.isdigit() and self.extension.isdigit() and len(self.extension) >= 2):
+            raise ValueError(f"{self.name}: code and extension must be digits (extension >= 2)")
+        if not 0.0 <= self.partial < 1.0 or not 0.0 <= self.decoy_reward < 1.0:
+            raise ValueError(f"{self.name}: partial and decoy_reward must be in [0, 1)")
+        if self.decoy and (self.code + self.extension).startswith(self.decoy):
+            raise ValueError(f"{self.name}: the decoy {self.decoy!r} must not prefix the code")
+        if self.distractors > 10 ** len(self.code) // 2:
+            raise ValueError(f"{self.name}: too many distractors for a {len(self.code)}-digit code")
+
+    def gold(self, difficulty: str) -> str:
+        """The code at ``difficulty`` (``code`` plus 0 / 1 / 2 extension digits)."""
+        return self.code + self.extension[: DIFFICULTIES.index(check_difficulty(difficulty))]
+
+
+#: The shipped lab tasks, easiest first. Tuned on the ``lab`` preset (docs/lab.md).
+LAB_TASKS: dict[str, LabTask] = {
+    t.name: t
+    for t in (
+        LabTask("lab-easy", "easy", "4", "58", distractors=2),
+        LabTask("lab-mid", "medium", "70", "36", partial=0.5, distractors=4),
+        LabTask(
+            "lab-hard",
+            "hard",
+            "03",
+            "81",
+            partial=0.5,
+            decoy="4",
+            decoy_reward=0.15,
+            distractors=6,
+        ),
+    )
+}
+
+
+def matched_prefix(reply: str, gold: str) -> int:
+    """Length of the longest common prefix of ``reply`` and ``gold``."""
+    n = 0
+    for r, g in zip(reply, gold):
+        if r != g:
+            break
+        n += 1
+    return n
+
+
+def score_reply(task: LabTask, gold: str, reply: str) -> tuple[float, bool]:
+    """``(reward, success)`` of a (non-empty, left-stripped) reply: see the module docstring.
+
+    ``reward = 1`` if ``reply.startswith(gold)``; else ``decoy_reward`` if the task has a decoy
+    and the reply starts with it; else ``partial * matched_prefix(reply, gold) / len(gold)``.
+    """
+    if reply.startswith(gold):
+        return 1.0, True
+    if task.decoy and reply.startswith(task.decoy):
+        return task.decoy_reward, False
+    return task.partial * matched_prefix(reply, gold) / len(gold), False
+
+
+class LabEnv:
+    """One lab task as a :class:`~entropace.envs.base.TextEnv` (see the module docstring).
+
+    Subclassed per task by :func:`entropace.envs.lab.register_lab_envs` (class attribute
+    ``task``); ``max_turns`` is 2 so that an empty reply (a parse error) gets a second try.
+    """
+
+    task: LabTask = LAB_TASKS["lab-easy"]
+    max_turns = 2
+    system_prompt = "Reply with the code only: its digits, nothing before them."
+
+    def __init__(self, difficulty: str = "easy") -> None:
+        self.difficulty = check_difficulty(difficulty)
+        self.name = self.task.name
+        self.gold = self.task.gold(self.difficulty)
+        self.seed: int | None = None
+
+    def _distractors(self, seed: int) -> list[str]:
+        """Seeded distractor codes of the gold's length, none equal to the gold or decoy."""
+        rng = random.Random(f"{self.name}:{seed}")
+        out: list[str] = []
+        while len(out) < self.task.distractors:
+            code = "".join(rng.choice("0123456789") for _ in self.gold)
+            bad = code == self.gold or (self.task.decoy and code.startswith(self.task.decoy))
+            if not bad and code not in out:
+                out.append(code)
+        return out
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        self.seed = int(seed)
+        lines = [f"{self.name} #{self.seed}. The code is {self.gold}."]
+        if self.task.partial:
+            lines.append("A reply that starts like the code earns part of the reward.")
+        if self.task.decoy:
+            lines.append(f"A reply starting with {self.task.decoy} earns a little, never all.")
+        if self.task.distractors:
+            lines.append("Not these: " + " ".join(self._distractors(self.seed)) + ".")
+        info = {
+            "task": self.name,
+            "seed": self.seed,
+            "difficulty": self.task.level,
+            "gold": self.gold,
+        }
+        return "\n".join(lines), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        too_long = action_too_long(action)
+        if too_long is not None:
+            return too_long, 0.0, False, False, {"success": False, "parse_error": True}
+        reply = action.lstrip(WHITESPACE)
+        if not reply:
+            obs = "Empty reply. Reply with the code's digits."
+            return obs, 0.0, False, False, {"success": False, "parse_error": True}
+        reward, success = score_reply(self.task, self.gold, reply)
+        obs = "Correct." if success else f"Wrong code (reward {reward:.2f})."
+        return obs, reward, True, False, {"success": success, "parse_error": False}
+
+
+def lab_oracle(env: Any) -> Any:
+    """The scripted policy: read the code from the first observation and reply with it."""
+
+    def policy(obs: str) -> str:
+        marker = "The code is "
+        start = obs.find(marker)
+        if start < 0:  # a later observation (after a parse error): the code is known
+            return str(env.gold)
+        return obs[start + len(marker) :].split(".", 1)[0]
+
+    return policy
