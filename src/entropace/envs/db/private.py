@@ -228,16 +228,18 @@ class PrivateDb:
         error: str | None = None
         rows: list[tuple] = []
         columns: list[str] = []
+        cur: sqlite3.Cursor | None = None
         try:
             cur = conn.execute(sql)
             rows = cur.fetchmany(max_rows + 1)
             columns = [d[0] for d in cur.description or ()]
-            cur.close()
         except sqlite3.DatabaseError as exc:
             error = _error_text(exc, guard, self.writable)
         except (sqlite3.Error, ValueError, OverflowError, MemoryError) as exc:
             error = f"SQL error: {type(exc).__name__}: {exc}"
         finally:
+            if cur is not None:
+                _close(cur)
             conn.set_progress_handler(None, 0)
         changed = 0
         if error is None and conn.total_changes != before:
@@ -247,10 +249,7 @@ class PrivateDb:
                 f"refused: this statement changes {changed} rows and the episode may change at "
                 f"most {MAX_CHANGED_ROWS} rows in all ({self.changed_rows} so far); it was undone"
             )
-        if conn.in_transaction:  # else SQLite already rolled the statement back (interrupt/full)
-            if error is not None:
-                self._trusted("ROLLBACK TO agent_statement")
-            self._trusted("RELEASE agent_statement")
+        self._end_savepoint(undo=error is not None)
         if error is not None:
             return WriteResult(error=error)
         self.changed_rows += changed
@@ -260,6 +259,22 @@ class PrivateDb:
             truncated=len(rows) > max_rows,
             rows_changed=changed,
         )
+
+    def _end_savepoint(self, *, undo: bool) -> None:
+        """Release (or undo, then release) the savepoint around the agent's statement.
+
+        When SQLite already rolled the transaction back (an interrupted or ``full`` write),
+        there is nothing left to release. Should releasing fail, the whole transaction (this
+        one statement) is rolled back, so the copy never stays inside a transaction.
+        """
+        if not self.conn.in_transaction:
+            return
+        try:
+            if undo:
+                self._trusted("ROLLBACK TO agent_statement")
+            self._trusted("RELEASE agent_statement")
+        except sqlite3.Error:
+            self._trusted("ROLLBACK")
 
     # ------------------------------------------------------------------------------ scoring
     def diff(self) -> StateDiff:
@@ -306,9 +321,16 @@ class PrivateDb:
             self._conn = None
 
 
+def _close(cur: sqlite3.Cursor) -> None:
+    try:
+        cur.close()
+    except sqlite3.Error:  # closing a statement that failed mid-way: nothing more to do
+        pass
+
+
 def _error_text(exc: sqlite3.Error, guard: StatementGuard, writable: tuple) -> str:
     if guard.stopped is not None:
-        return guard.message() + "; the statement was undone"
+        return guard.message() + "; nothing it changed was kept"
     msg = str(exc)
     if "not authorized to use function" in msg:
         return f"SQL error: {msg} (disabled in this sandbox)"
