@@ -5,11 +5,17 @@ Run: python benchmarks/bench_envs_household.py [--n 200]
 
 The explorer is the non-privileged scripted baseline (it reads observations only); its success
 within the turn limit and its median number of turns show how hard each level is to search.
+
+The second table runs the oracle with the AgentBench-ALFWorld options off and on
+(``action_list``, ``nearest_action``, ``repeat_limit=3``), interleaved seed by seed, and a
+"sloppy" oracle (a "the" before every name: ``go to the fridge 1``) with the options on, whose
+every command goes through the nearest-admissible BLEU mapping (the slowest path).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 
@@ -71,6 +77,44 @@ def main() -> None:
             f"| {1e3 * percentile(steps, 0.95):.3f} | {len(steps)} | {solved / args.n:.2f} "
             f"| {statistics.median(turns):.0f} | {explored / args.n:.3f} "
             f"| {statistics.median(explorer_turns):.0f}, {percentile(explorer_turns, 0.9):.0f} |"
+        )
+    agentbench_table(args.n)
+
+
+AGENTBENCH = {"action_list": True, "nearest_action": True, "repeat_limit": 3}
+
+
+def _sloppy(policy):  # noqa: ANN001, ANN202 - a policy wrapper
+    return lambda obs: re.sub(r"\b([a-z]+ \d+)", r"the \1", policy(obs))
+
+
+def agentbench_table(n: int) -> None:
+    """Step latency and success with the AgentBench options off vs on, side by side."""
+    print(f"\nAgentBench-ALFWorld options off vs on ({AGENTBENCH}), {n} instances per level:\n")
+    print(
+        "| difficulty | oracle off step median ms | oracle on | on/off | oracle off p95 | on p95 "
+        "| sloppy oracle on step median ms | sloppy on p95 | success off / on / sloppy on |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for difficulty in DIFFICULTIES:
+        steps: dict[str, list[float]] = {"off": [], "on": [], "sloppy": []}
+        solved = {"off": 0, "on": 0, "sloppy": 0}
+        for seed in range(n):  # interleaved: the three runs of a seed see the same load
+            for key in ("off", "on", "sloppy"):
+                env = make(
+                    "household", difficulty=difficulty, **({} if key == "off" else AGENTBENCH)
+                )
+                env.reset(seed)
+                policy = spec("household").oracle(env)
+                ep = run_episode(env, _sloppy(policy) if key == "sloppy" else policy, seed)
+                steps[key] += ep.step_seconds
+                solved[key] += ep.success
+        med = {k: 1e3 * statistics.median(v) for k, v in steps.items()}
+        p95 = {k: 1e3 * percentile(v, 0.95) for k, v in steps.items()}
+        print(
+            f"| {difficulty} | {med['off']:.4f} | {med['on']:.4f} | {med['on'] / med['off']:.2f} "
+            f"| {p95['off']:.4f} | {p95['on']:.4f} | {med['sloppy']:.4f} | {p95['sloppy']:.4f} "
+            f"| {solved['off'] / n:.2f} / {solved['on'] / n:.2f} / {solved['sloppy'] / n:.2f} |"
         )
 
 

@@ -4,6 +4,10 @@
 
 Step latency is measured over the oracle's actions and over "typo" actions (unknown entity
 names, which run the "did you mean" search, the slowest path). Goal: step p95 < 50 ms.
+
+The second table runs the oracle with the AgentBench-KG options off and on
+(``hide_members``, ``final_answer``, ``reward="f1"``), interleaved seed by seed so both see the
+same machine load, and gives the step-latency ratio on/off.
 """
 
 from __future__ import annotations
@@ -76,6 +80,49 @@ def main() -> None:
             f"| {difficulty} | {1000 * statistics.median(resets):.3f} | {1000 * pct(resets, 0.95):.3f} "
             f"| {statistics.median(ms):.3f} | {pct(ms, 0.95):.3f} | {1000 * pct(typos, 0.95):.3f} "
             f"| {solved / args.episodes:.3f} | {statistics.mean(turns):.2f} |"
+        )
+    agentbench_table(args.episodes)
+
+
+AGENTBENCH = {"hide_members": True, "final_answer": True, "reward": "f1"}
+
+
+def agentbench_table(episodes: int) -> None:
+    """Oracle step latency and success with the AgentBench options off vs on, side by side."""
+    print(f"\nAgentBench-KG options off vs on ({AGENTBENCH}), oracle, {episodes} episodes:\n")
+    print(
+        "| difficulty | off step median (ms) | on step median (ms) | off p95 | on p95 "
+        "| on/off (median) | off success | on success | on mean f1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for difficulty in ("easy", "medium", "hard"):
+        envs = {
+            "off": make("kg", difficulty=difficulty),
+            "on": make("kg", difficulty=difficulty, **AGENTBENCH),
+        }
+        steps: dict[str, list[float]] = {"off": [], "on": []}
+        solved = {"off": 0, "on": 0}
+        f1s: list[float] = []
+        for seed in range(episodes):
+            for key, env in envs.items():  # interleaved: the same load for both
+                env.reset(seed)
+                policy = spec("kg").oracle(env)
+                obs, done = "", False
+                while not done:
+                    action = policy(obs)
+                    t = time.perf_counter()
+                    obs, _, term, trunc, info = env.step(action)
+                    steps[key].append(time.perf_counter() - t)
+                    done = term or trunc
+                solved[key] += int(info["success"])
+                if key == "on":
+                    f1s.append(info["f1"])
+        off, on = (statistics.median(steps[k]) * 1000 for k in ("off", "on"))
+        print(
+            f"| {difficulty} | {off:.4f} | {on:.4f} | {1000 * pct(steps['off'], 0.95):.4f} "
+            f"| {1000 * pct(steps['on'], 0.95):.4f} | {on / off:.2f} "
+            f"| {solved['off'] / episodes:.3f} | {solved['on'] / episodes:.3f} "
+            f"| {statistics.mean(f1s):.3f} |"
         )
 
 

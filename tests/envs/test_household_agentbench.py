@@ -311,3 +311,21 @@ def test_env_survives_any_text_with_options(texts: list[str], difficulty: str) -
         assert mapped is None or isinstance(mapped, str)
         if term or trunc:
             break
+
+
+def test_explorer_reads_observations_with_the_action_list() -> None:
+    from entropace.envs.household.explorer import Explorer
+
+    solved = {}
+    for key, options in (("off", {}), ("on", ALL_ON)):
+        solved[key] = []
+        for seed in range(30):
+            env = make("household", difficulty="medium", **options)
+            obs, _ = env.reset(seed)
+            policy = Explorer(obs)
+            while True:
+                obs, _, term, trunc, info = env.step(policy(obs))
+                if term or trunc:
+                    solved[key].append(info["success"])
+                    break
+    assert solved["on"] == solved["off"] and sum(solved["on"]) >= 27

@@ -24,8 +24,14 @@ _GOALS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
+def _game_text(observation: str) -> str:
+    """``observation`` without the ``action_list`` option's AgentBench suffix."""
+    return observation.split(" AVAILABLE ACTIONS: ", 1)[0]
+
+
 def parse_task(observation: str) -> tuple[str, str, str]:
     """(task type, object type, target type) from ``Your task is to: ...`` in ``observation``."""
+    observation = _game_text(observation)
     line = observation.rsplit("Your task is to:", 1)[-1].strip().rstrip(".")
     for pattern, task_type in _GOALS:
         match = pattern.fullmatch(line)
@@ -43,7 +49,7 @@ class Explorer:
 
     def __init__(self, first_observation: str) -> None:
         self.task_type, self.obj, self.target = parse_task(first_observation)
-        room = _LIST.search(first_observation)
+        room = _LIST.search(_game_text(first_observation))
         self.receptacles = _ITEM.findall(room.group(1)) if room else []
         self.seen: dict[str, list[str]] = {}  # receptacle -> objects last seen in/on it
         self.closed: set[str] = set()
@@ -128,6 +134,6 @@ class Explorer:
         return self._go_or(self.dest, f"move {self.holding} to {self.dest}")
 
     def __call__(self, observation: str) -> str:
-        self._observe(observation)
+        self._observe(_game_text(observation))
         self.last = self._act()
         return self.last

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 #: AgentBench's threshold: a best BLEU at or below it leaves the action unmapped.
 BLEU_LIMIT = 0.01
@@ -33,8 +34,43 @@ SMOOTHING_K = 5
 WEIGHTS = (0.25, 0.25, 0.25, 0.25)
 
 
-def _ngrams(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+Grams = tuple[Counter[tuple[str, ...]], ...]
+
+
+def _grams(tokens: Sequence[str]) -> Grams:
+    """The 1- to 4-gram counts of ``tokens`` (empty for orders longer than ``tokens``)."""
+    return tuple(
+        Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+        for n in range(1, len(WEIGHTS) + 1)
+    )
+
+
+@lru_cache(maxsize=8192)
+def _command_grams(command: str) -> tuple[int, Grams]:
+    """Token count and n-gram counts of an admissible command (the same few recur each turn)."""
+    tokens = command.split()
+    return len(tokens), _grams(tokens)
+
+
+def _bleu(ref_len: int, ref: Grams, hyp_len: int, hyp: Grams) -> float:
+    precisions = [
+        (sum(min(count, r[gram]) for gram, count in h.items()), max(1, sum(h.values())))
+        for h, r in zip(hyp, ref, strict=True)
+    ]
+    if precisions[0][0] == 0:
+        return 0.0
+    c = hyp_len
+    bp = 1.0 if c > ref_len else math.exp(1 - ref_len / c)  # c >= 1 here (a unigram matched)
+    smoothed: list[float] = []
+    increment = 1
+    for matched, total in precisions:
+        if matched == 0 and c > 1:
+            smoothed.append(1 / (2**increment * SMOOTHING_K / math.log(c)) / total)
+            increment += 1
+        else:
+            smoothed.append(matched / total)
+    logs = (w * math.log(p) for w, p in zip(WEIGHTS, smoothed, strict=True) if p > 0)
+    return bp * math.exp(math.fsum(logs))
 
 
 def sentence_bleu(reference: Sequence[str], hypothesis: Sequence[str]) -> float:
@@ -47,27 +83,7 @@ def sentence_bleu(reference: Sequence[str], hypothesis: Sequence[str]) -> float:
     Returns:
         BLEU in ``[0, 1]`` (see the module docstring for the formula).
     """
-    c = len(hypothesis)
-    precisions: list[tuple[int, int]] = []
-    for n in range(1, len(WEIGHTS) + 1):
-        hyp = _ngrams(hypothesis, n) if c >= n else Counter()
-        ref = _ngrams(reference, n) if len(reference) >= n else Counter()
-        matched = sum(min(count, ref[gram]) for gram, count in hyp.items())
-        precisions.append((matched, max(1, sum(hyp.values()))))
-    if precisions[0][0] == 0:
-        return 0.0
-    r = len(reference)
-    bp = 1.0 if c > r else math.exp(1 - r / c)  # c >= 1 here (a unigram matched)
-    smoothed: list[float] = []
-    increment = 1
-    for matched, total in precisions:
-        if matched == 0 and c > 1:
-            smoothed.append(1 / (2**increment * SMOOTHING_K / math.log(c)) / total)
-            increment += 1
-        else:
-            smoothed.append(matched / total)
-    logs = (w * math.log(p) for w, p in zip(WEIGHTS, smoothed, strict=True) if p > 0)
-    return bp * math.exp(math.fsum(logs))
+    return _bleu(len(reference), _grams(reference), len(hypothesis), _grams(hypothesis))
 
 
 def nearest_admissible(action: str, admissible: Sequence[str]) -> str | None:
@@ -82,10 +98,11 @@ def nearest_admissible(action: str, admissible: Sequence[str]) -> str | None:
         return None
     if line in admissible:
         return line
-    hypothesis = line.split()
+    tokens = line.split()
+    hyp_len, hyp = len(tokens), _grams(tokens)
     best, best_score = None, BLEU_LIMIT
     for choice in admissible:
-        score = sentence_bleu(choice.split(), hypothesis)
+        score = _bleu(*_command_grams(choice), hyp_len, hyp)
         if score > best_score:  # strict: the first of equal maxima wins, as np.argmax
             best, best_score = choice, score
     return best
