@@ -81,7 +81,7 @@ DOCUMENTED_BOUNDS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("preset", [None, "quick", "paper"])
+@pytest.mark.parametrize("preset", [None, "quick", "paper", "lab", "paper-small"])
 def test_every_recipe_under_every_preset_gets_its_documented_bounds(preset) -> None:
     assert set(DOCUMENTED_BOUNDS) == set(RECIPES)
     doc = Path(__file__).resolve().parents[1] / "docs" / "training.md"
@@ -222,6 +222,21 @@ def test_shipped_presets() -> None:
     assert paper.algorithm.name == "eppo" and paper.algorithm.pacer.eps0 == 0.2
     assert set(paper.tasks.names) == {"db", "kg", "os", "household", "shop"}
     assert paper.optim.lr == 1e-6
+
+
+def test_every_shipped_preset_validates_with_its_environments() -> None:
+    assert {"quick", "paper", "lab", "paper-small"} <= set(preset_names())
+    for name in preset_names():
+        c = load_config(name, [], check_envs=name != "paper")  # paper's os needs bwrap
+        assert c.steps > 0 and c.tasks.names
+    small = load_config("paper-small", [])
+    assert small.model.name == "smollm2-135m" and small.model.device == "cuda"
+    assert 3 <= len(small.tasks.names) <= 5 and 100 <= small.steps <= 1000
+    assert small.algorithm.name == "eppo" and small.tasks.group_size == 8
+    assert load_config("paper-small", ["algo=grpo"]).algorithm.clip_rule == "fixed"
+    lab = load_config("lab", [])
+    assert lab.model.name == "tiny" and lab.steps >= 200 and lab.algorithm.name == "grpo"
+    assert lab.tasks.names == ["lab-easy", "lab-mid", "lab-hard"]
 
 
 # --------------------------------------------------------------------------- recipes
