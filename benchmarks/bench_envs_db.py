@@ -135,6 +135,39 @@ def main() -> None:
         f"p95 {_pct(all_steps, 0.95) * 1e3:.2f} ms (goal: p95 < 50 ms)."
     )
     _bench_writes(args.n, rng)
+    _bench_guard()
+
+
+def _bench_guard(repeats: int = 15) -> None:
+    """Cost of the statement guard: one heavy read with three progress handlers, interleaved."""
+    from entropace.envs.db.sandbox import StatementGuard, connect_readonly
+
+    conn = connect_readonly(database_path("flights"))
+    query = (
+        "SELECT a.name, COUNT(*) AS n FROM flights f JOIN airlines a ON a.carrier = f.carrier "
+        "JOIN planes p ON p.tailnum = f.tailnum GROUP BY a.carrier ORDER BY n DESC"
+    )
+
+    def time_only(timeout_s: float):
+        deadline = time.perf_counter() + timeout_s
+        return lambda: int(time.perf_counter() > deadline)
+
+    times: dict[str, list[float]] = {"guard": [], "time-only handler": [], "no handler": []}
+    for _ in range(repeats):
+        for name in times:
+            handler = {"guard": StatementGuard, "time-only handler": time_only}.get(name)
+            conn.set_progress_handler(handler(10.0) if handler else None, 1000)
+            t = time.perf_counter()
+            conn.execute(query).fetchall()
+            times[name].append(time.perf_counter() - t)
+            conn.set_progress_handler(None, 0)
+    conn.close()
+    print(
+        f"\nStatement guard cost (3-table GROUP BY over all flights, median of {repeats} "
+        "interleaved runs): "
+        + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in times.items())
+        + "."
+    )
 
 
 def _ms(xs: list[float]) -> str:
