@@ -56,8 +56,10 @@ def test_same_seed_same_episode(family: str) -> None:
 
 
 def _hostile(family: str) -> list[str]:
-    names = [t["function"]["name"] for t in make(family, interface="tools").tools]
+    tools = make(family, interface="tools").tools
+    names = [t["function"]["name"] for t in tools]
     first = names[0]
+    params = list(tools[0]["function"]["parameters"]["properties"])
     big = "x" * (MAX_ACTION_CHARS - 200)
     out = [
         "",
@@ -77,6 +79,11 @@ def _hostile(family: str) -> list[str]:
         "Final Answer: #0" + "\n" * 1000,
         "[TOOL_CALLS]" + "[" * 10_000,
         "\x00" + _call(first, a="\x00\ud800"[0]),
+        '<tool_call>{"name": "'
+        + first
+        + '", "arguments": {'
+        + ", ".join(f'"{p}": "\\ud800"' for p in params)
+        + "}}</tool_call>",
     ]
     for name in names:
         out.append(_call(name, **{"variable": "#999", "relation": "\n\n", "attribute": "a,b"}))
@@ -164,6 +171,8 @@ def tool_oracle_call(family: str, action: str) -> ToolCall:
         ("shop", "click_action", {"value": "Buy\nNow"}, "one line"),
         ("household", "take_action", {"action": "look\ngo to cabinet 1"}, "one line"),
         ("reasoning", "final_answer", {"answer": "1</answer><answer>2"}, "<answer> tags"),
+        ("db", "execute_sql", {"query": "SELECT '\ud800'"}, "unpaired UTF-16 surrogate"),
+        ("household", "take_action", {"action": "\udfff"}, "unpaired UTF-16 surrogate"),
     ],
 )
 def test_arguments_the_text_parser_would_alter_are_refused(

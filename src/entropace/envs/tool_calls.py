@@ -8,6 +8,7 @@ raises on model output.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -200,6 +201,8 @@ def format_tool_call(call: ToolCall) -> str:
 # Validation
 # --------------------------------------------------------------------------------------------
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -221,13 +224,17 @@ def _check_value(value: Any, schema: dict[str, Any], where: str) -> str | None:
                 return problem
     if "enum" in schema and value not in schema["enum"]:
         return f"{where} must be one of {schema['enum']}"
+    if isinstance(value, str) and _SURROGATE.search(value):
+        # only a JSON escape such as "\ud800" makes one; no family can encode it
+        return f"{where} holds an unpaired UTF-16 surrogate escape"
     return None
 
 
 def validate_arguments(arguments: dict[str, Any], parameters: dict[str, Any]) -> str | None:
     """``None`` when ``arguments`` satisfy the JSON schema ``parameters``, else what is wrong:
     a missing required argument, an argument not in ``properties`` (when
-    ``additionalProperties`` is false), or a value of the wrong type."""
+    ``additionalProperties`` is false), a value of the wrong type, or a string holding an
+    unpaired surrogate (a JSON ``"\\ud800"`` escape: not text any family can encode)."""
     props: dict[str, Any] = parameters.get("properties", {})
     missing = [k for k in parameters.get("required", []) if k not in arguments]
     if missing:
