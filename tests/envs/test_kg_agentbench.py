@@ -154,6 +154,8 @@ def test_final_answer_syntax() -> None:
     assert obs == "Variable #5 does not exist (variables: #0..#0)."
     obs, _, term, _, _ = env.step("Final Answer: #" + "9" * 5000)
     assert not term and "is not a variable" in obs
+    fresh()  # leading zeros: AgentBench reads the id with int()
+    assert env.step("Final Answer: #000")[4]["success"]
     fresh()  # case-sensitive, as AgentBench's regex
     obs, _, term, _, info = env.step("final answer: #0")
     assert not term and info["parse_error"]

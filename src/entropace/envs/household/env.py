@@ -133,7 +133,8 @@ class HouseholdEnv:
         self.max_turns = LEVELS[difficulty].max_turns
         self.instance: Instance | None = None
         self.world: World | None = None
-        self.replies: list[str] = []  # the episode's raw replies (for repeat_limit)
+        self.replies = 0  # raw replies so far this episode (for repeat_limit)
+        self.recent: list[str] = []  # the last repeat_limit raw replies
 
     def _observe(self, text: str, commands: list[str]) -> str:
         """The capped observation, with the action list appended (uncapped) if asked."""
@@ -142,7 +143,7 @@ class HouseholdEnv:
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         self.instance = generate(seed, self.difficulty)
         self.world = self.instance.world.copy()
-        self.replies = []
+        self.replies, self.recent = 0, []
         obs = (
             f"-= Welcome to TextWorld, ALFRED! =-\n\n{self.world.look()}\n\n"
             f"Your task is to: {self.instance.goal.text}"
@@ -195,10 +196,11 @@ class HouseholdEnv:
         info: dict[str, Any] = {"success": success, "parse_error": parse_error}
         if mapped is not None:
             info["mapped_action"] = mapped
-        if too_long is None:
-            self.replies.append(action)
         k = self.repeat_limit
-        if k and len(self.replies) > k and len(set(self.replies[-k:])) == 1:
+        if k and too_long is None:  # AgentBench logs every reply it could read
+            self.replies += 1
+            self.recent = [*self.recent[1 - k :], action] if k > 1 else [action]
+        if k and self.replies > k and len(set(self.recent)) == 1:
             obs, success = f"{obs}\n{REPEATED_ACTION.format(k=k)}", False
             info.update(success=False, repeated_action=True)
             terminated = True

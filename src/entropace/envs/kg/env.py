@@ -205,11 +205,11 @@ class KGEnv:
         """The variable id of AgentBench's ``Final Answer: #N`` in ``action``, or None.
 
         As AgentBench: only the text before the first ``Observation:`` counts, ``\\_`` reads as
-        ``_``, and the first match wins.
+        ``_``, the first match wins, and leading zeros do not matter (``int(...)``).
         """
         text = action.split("Observation:", 1)[0].replace("\\_", "_")
         match = FINAL_ANSWER.search(text)
-        return None if match is None else match.group(1)
+        return None if match is None else (match.group(1).lstrip("0") or "0")
 
 
 def _info(*, success: bool = False, parse_error: bool = False, f1: float = 0.0) -> dict[str, Any]:
