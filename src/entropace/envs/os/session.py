@@ -195,6 +195,10 @@ class ShellSession:
             raise SessionError(f"the new shell exited at once ({exc})") from exc
         if procs.proc_key(self.shell.pid) != self.shell:
             raise SessionError("the new shell exited at once")
+        deadline = time.monotonic() + SUPERVISOR_S  # until the subshell has exec'd bash
+        while not _cmdline(self.shell.pid).startswith(b"entropace-shell-"):
+            if time.monotonic() > deadline or _wait_readable(self._shell_fd, 0.001):
+                raise SessionError("the new shell did not start")
         self.shell_starts += 1
         return fields[1]
 
@@ -274,6 +278,7 @@ class ShellSession:
         lim = self.limits
         if not self._shell_alive():
             self._start_shell()
+        crowded = self._crowded()
         before = self._snapshot()
         tag = secrets.token_hex(16)
         # fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
@@ -342,6 +347,11 @@ class ShellSession:
             note = f"killed: it wrote more than the {lim.output_bytes} bytes of output allowed"
         elif timed_out:
             note = f"killed after the {lim.timeout_s:g} s time limit"
+        if crowded:
+            note = (note + "; " if note else "") + (
+                f"before it ran, the sandbox held half its limit of {lim.max_processes} "
+                f"processes or more, so all {crowded} background processes were killed"
+            )
         swarm = self._swarm(before)
         if swarm:
             note = (note + "; " if note else "") + (
@@ -369,17 +379,32 @@ class ShellSession:
             return pending[len(pending) :]
 
     def _swarm(self, before: set[procs.ProcKey]) -> int:
-        """Kill what a command left running when the sandbox is near its process limit."""
+        """Kill what a command left running when the sandbox is near its process limit (a
+        fork bomb in the background). Sampled when the command ends, then every 5 ms while
+        the number of new processes grows (a bomb doubles in about a millisecond; a
+        background job or two stop growing at once), at most 10 times."""
         assert self.init_pid is not None
         limit = self.limits.max_processes
-        for attempt in range(2):
+        grown = 0
+        for _ in range(10):
             alive = procs.descendants(self.init_pid)
             if len(alive) >= limit // 2:
                 return self._kill_new(before, everywhere=True)
-            if attempt == 0 and all(k in before or k == self.shell for k in alive):
-                return 0  # nothing new is running: no fork bomb
-            time.sleep(0.03)
+            new = sum(k not in before and k != self.shell for k in alive)
+            if new <= grown:
+                return 0  # nothing new, or no longer growing: no fork bomb
+            grown = new
+            time.sleep(0.005)
         return 0
+
+    def _crowded(self) -> int:
+        """Before a command: if the sandbox holds half its process limit or more (a swarm
+        that escaped :meth:`_swarm`), kill every process but the shell. Returns the number
+        killed."""
+        assert self.init_pid is not None
+        if len(procs.descendants(self.init_pid)) < self.limits.max_processes // 2:
+            return 0
+        return self._kill_new({k for k in [self.shell] if k is not None}, everywhere=True)
 
     def _drain(self, out: bytearray, total: int) -> int:
         """Read what the output pipe holds now; keep up to ``output_bytes``. Returns bytes
@@ -486,6 +511,14 @@ def _wait_readable(fd: int | None, timeout: float) -> bool:
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         return bool(sel.select(max(0.0, timeout)))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _state(pid: int) -> str | None:

@@ -111,12 +111,12 @@ def stop_worker(rng: random.Random, tree: Tree) -> Task:
         "#!/bin/bash\n# usage: worker.sh --queue NAME\nwhile true; do sleep 7; done\n",
         0o755,
     )
-    start = [f"nohup services/worker.sh --queue {q} >/dev/null 2>&1 &" for q in queues]
+    start = "".join(f"nohup services/worker.sh --queue {q} >/dev/null 2>&1 & " for q in queues)
     wait = (  # until every worker has exec'd its script (pkill could miss one otherwise)
         f"for _ in $(seq 500); do [ \"$(pgrep -fc 'services/worker[.]sh --queue')\" -ge "
         f"{len(queues)} ] && exit 0; sleep 0.01; done; exit 1"
     )
-    setup = (*start, f"( {wait} )")
+    setup = (f"{start}( {wait} )",)
     prompt = (
         "Worker processes are running, one per queue: each runs `services/worker.sh --queue "
         f"NAME` (see their command lines, e.g. with `ps -ef`). Stop the worker of the queue "
