@@ -13,7 +13,6 @@ with ``shell="persistent"`` the episode has one long-lived bash in one sandbox
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 from entropace.envs.base import EnvError, Policy, action_too_long, check_difficulty
@@ -289,13 +288,7 @@ class OsEnv:
         if task is None or session is None:
             raise EnvError("os: final_state() needs a running persistent shell")
         live = tuple(_text(session.run(c)) for c in task.probe_live)
-        processes = tuple(session.processes())
-        for _ in range(20):  # let a process just forked finish its exec (its argv changes)
-            time.sleep(0.01)
-            again = tuple(session.processes())
-            if again == processes:
-                break
-            processes = again
+        processes = tuple(session.processes(settle=True))
         session.kill_all()
         fresh = tuple(_text(session.run(c)) for c in task.probe_fresh)
         self.state = session.dump()

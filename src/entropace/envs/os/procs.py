@@ -26,6 +26,7 @@ __all__ = [
     "kill_process",
     "list_processes",
     "proc_key",
+    "signals_pending",
 ]
 
 
@@ -119,6 +120,24 @@ def inner_pid(pid: int) -> int | None:
     """The PID of host process ``pid`` in its innermost PID namespace (last ``NSpid``)."""
     ns = _status(pid).get("NSpid", "").split()
     return int(ns[-1]) if ns else None
+
+
+def signals_pending(init: int) -> bool:
+    """Whether a live process of the sandbox of ``init`` has a signal pending that it does
+    not block (``SigPnd``/``ShdPnd`` of ``/proc/<pid>/status``): a process that was just sent
+    SIGTERM or SIGKILL and has not acted on it yet."""
+    for key in descendants(init):
+        status = _status(key.pid)
+        if status.get("State", "Z").startswith(("Z", "X")):
+            continue
+        try:
+            pending = int(status.get("SigPnd", "0"), 16) | int(status.get("ShdPnd", "0"), 16)
+            blocked = int(status.get("SigBlk", "0"), 16)
+        except ValueError:
+            continue
+        if pending & ~blocked:
+            return True
+    return False
 
 
 def list_processes(init: int) -> list[ProcessInfo]:

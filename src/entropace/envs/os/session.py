@@ -251,10 +251,22 @@ class ShellSession:
                 procs.kill_process(key)
             time.sleep(0.001)
 
-    def processes(self) -> list[procs.ProcessInfo]:
-        """The sandbox's live processes as seen inside (the supervisor excluded)."""
+    def processes(self, *, settle: bool = False) -> list[procs.ProcessInfo]:
+        """The sandbox's live processes as seen inside (the supervisor excluded).
+
+        ``settle``: first wait (up to 2 s) until no process has an unblocked signal pending
+        and two listings 10 ms apart agree, so a process just killed is gone and one just
+        forked has exec'd its program (its argv changes then)."""
         assert self.init_pid is not None
-        return procs.list_processes(self.init_pid)
+        listing = procs.list_processes(self.init_pid)
+        deadline = time.monotonic() + 2.0
+        while settle and time.monotonic() < deadline:
+            time.sleep(0.01)
+            again = procs.list_processes(self.init_pid)
+            if again == listing and not procs.signals_pending(self.init_pid):
+                break
+            listing = again
+        return listing
 
     def restart_shell(self) -> None:
         """Kill the shell (and what it runs) and start a new one; files and other processes
