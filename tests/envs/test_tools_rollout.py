@@ -256,3 +256,37 @@ def test_trl_rollout_func_with_the_tools_interface(
         assert policy.count("<tool_call>") == 2  # two turns, each exactly the scripted reply
     kg_completion = tok.decode(out["completion_ids"][0])
     assert "<|im_start|>tool\n<tool_response>\nRelations of France" in kg_completion
+
+
+def test_one_training_step_through_tools(tmp_path: Any, single_thread: None) -> None:
+    """``tasks.profile=agentbench`` (tools interface) through the trainer, end to end."""
+    import json as json_module
+
+    from entropace.cli import main
+
+    run = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "model=tiny",
+            "tasks=kg,household",
+            "tasks.profile=agentbench",
+            "rollout.abnormal_penalty=0.0",
+            "steps=1",
+            "P=1",
+            "G=2",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens_per_turn=6",
+            "rollout.max_episode_tokens=4096",
+            "log.progress=false",
+            "log.report=false",
+            "log.tensorboard=false",
+            "--run-dir",
+            str(run),
+        ]
+    )
+    assert code == 0
+    rows = [json_module.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # a random tiny model never calls a tool: every episode hits the turn limit, scored 0.0
+    assert rows[-1]["task/kg/abnormal"] == 1.0 and rows[-1]["task/kg/reward"] == 0.0
+    assert "profile: agentbench" in (run / "config.yaml").read_text()
