@@ -31,6 +31,9 @@ statements are stopped after {timeout:g} s). One statement per call.
 - When you know the answer, call `commit_final_answer` with the list of answer values (one \
 string per value, numbers without thousands separators; in order only when the question asks \
 for an ordered list). It ends the episode; do not call it before you are sure.
+- If the question asks you to modify the database, make the changes with `execute_sql`, then \
+call `commit_final_answer`; after such operations its answers can be anything (the final state \
+of the tables is checked).
 Always use the tools; an answer written in the message text is not read.
 You have at most {max_turns} turns."""
 
