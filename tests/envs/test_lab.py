@@ -43,9 +43,11 @@ def test_instances_are_deterministic_per_seed(name: str) -> None:
     assert info == {
         "task": name,
         "seed": 7,
-        "difficulty": LAB_TASKS[name].level,
+        "difficulty": "easy",
+        "level": LAB_TASKS[name].level,
         "gold": LAB_TASKS[name].code,
     }
+    assert make(name, difficulty="hard").reset(7)[1]["difficulty"] == "hard"
     assert f"The code is {LAB_TASKS[name].code}." in first
 
 

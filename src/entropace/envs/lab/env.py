@@ -42,7 +42,8 @@ class LabTask:
 
     Attributes:
         name: family name (``lab-easy`` ...).
-        level: the task's own difficulty label, reported in ``reset`` info.
+        level: the task's own difficulty label, ``reset`` info ``level`` (``difficulty`` there
+            is the option, which sets the code length).
         code: the gold code at ``difficulty="easy"`` (digits).
         extension: digits appended to ``code`` at ``medium`` (1) and ``hard`` (2).
         partial: weight of the prefix credit, ``reward = partial * m / n`` (in [0, 1)), ``m`` the
@@ -159,7 +160,8 @@ class LabEnv:
         info = {
             "task": self.name,
             "seed": self.seed,
-            "difficulty": self.task.level,
+            "difficulty": self.difficulty,
+            "level": self.task.level,
             "gold": self.gold,
         }
         return "\n".join(lines), info
