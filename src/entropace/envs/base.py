@@ -122,7 +122,9 @@ class TurnLimit:
 
     @property
     def system_prompt(self) -> str:
-        return self.env.system_prompt
+        # an env whose prompt states its turn limit (the tools interface) gets this one's
+        render = getattr(self.env, "system_prompt_for", None)
+        return render(self.max_turns) if callable(render) else self.env.system_prompt
 
     def __getattr__(self, item: str) -> Any:  # delegate family-specific attributes
         if item == "env":
