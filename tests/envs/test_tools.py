@@ -319,3 +319,11 @@ def test_cli_typed_call_shorthand() -> None:
     )
     for text in ("take_action oops", "look", 'other {"a": 1}', "take_action [1]"):
         assert typed_call(text, names) == text
+
+
+def test_system_prompt_states_the_effective_turn_limit() -> None:
+    env = make("db", profile="agentbench")
+    assert env.system_prompt.endswith("You have at most 15 turns.")  # AgentBench FC's limit
+    env.max_turns = 4  # what the rollout does with rollout.max_turns
+    assert env.system_prompt.endswith("You have at most 4 turns.")
+    assert make("kg", interface="tools", max_turns=6).system_prompt.endswith("at most 6 turns.")

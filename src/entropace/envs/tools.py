@@ -144,9 +144,9 @@ class ToolSuite:
 
     Attributes:
         tools: the tools, in the order they are shown.
-        system_prompt: ``system_prompt(env) -> str``, the task instructions for the tools
-            interface (no text action syntax; the schemas reach the model through the chat
-            template or the generic tools section).
+        system_prompt: ``system_prompt(env, max_turns) -> str``, the task instructions for the
+            tools interface (no text action syntax; the schemas reach the model through the
+            chat template or the generic tools section), stating the episode's turn limit.
         to_call: ``to_call(text_action) -> ToolCall | str``: the call equivalent to one of the
             family's text actions, or a plain text reply (e.g. kg's ``Final Answer: #3``);
             used to run the family's text oracle through the tools interface.
@@ -159,7 +159,7 @@ class ToolSuite:
     """
 
     tools: tuple[ToolSpec, ...]
-    system_prompt: Callable[[Any], str]
+    system_prompt: Callable[[Any, int], str]
     to_call: Callable[[str], ToolCall | str]
     no_call: Callable[[Any, str], StepResult | None] = field(default=lambda env, reply: None)
     max_calls: int = 1
@@ -207,7 +207,11 @@ class ToolInterface:
 
     @property
     def system_prompt(self) -> str:
-        return self.suite.system_prompt(self.env)
+        return self.suite.system_prompt(self.env, self.max_turns)
+
+    def system_prompt_for(self, max_turns: int) -> str:
+        """The system prompt stating ``max_turns`` (:class:`TurnLimit` passes its own limit)."""
+        return self.suite.system_prompt(self.env, int(max_turns))
 
     @property
     def tools(self) -> list[dict[str, Any]]:

@@ -38,11 +38,11 @@ Always use the tools; an answer written in the message text is not read.
 You have at most {max_turns} turns."""
 
 
-def _system_prompt(env: Any) -> str:
+def _system_prompt(env: Any, max_turns: int) -> str:
     return SYSTEM_PROMPT.format(
         max_rows=getattr(env, "max_rows", 20),
         timeout=getattr(env, "timeout_s", 1.0),
-        max_turns=env.max_turns,
+        max_turns=max_turns,
     )
 
 

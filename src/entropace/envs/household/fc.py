@@ -36,8 +36,8 @@ at something under a lamp, hold it and use the lamp where the lamp is. You have 
 {max_turns} turns."""
 
 
-def _system_prompt(env: Any) -> str:
-    return SYSTEM_PROMPT.format(max_turns=env.max_turns)
+def _system_prompt(env: Any, max_turns: int) -> str:
+    return SYSTEM_PROMPT.format(max_turns=max_turns)
 
 
 TAKE_ACTION = ToolSpec(

@@ -56,8 +56,8 @@ a tool to commit the answer.
 - One tool call per turn; at most {max_turns} turns."""
 
 
-def _system_prompt(env: Any) -> str:
-    return SYSTEM_PROMPT.format(max_turns=env.max_turns)
+def _system_prompt(env: Any, max_turns: int) -> str:
+    return SYSTEM_PROMPT.format(max_turns=max_turns)
 
 
 def _runner(tool: str) -> Any:

@@ -58,14 +58,14 @@ _PERSISTENT = (
 )
 
 
-def _system_prompt(env: Any) -> str:
+def _system_prompt(env: Any, max_turns: int) -> str:
     persistent = getattr(env, "shell", "fresh") == "persistent"
     limits = getattr(getattr(env, "sandbox", None), "limits", None)
     return SYSTEM_PROMPT.format(
         chars=getattr(env, "output_chars", 4000),
         timeout=getattr(limits, "timeout_s", 5.0),
         shell=_PERSISTENT if persistent else _FRESH,
-        max_turns=env.max_turns,
+        max_turns=max_turns,
     )
 
 

@@ -49,4 +49,6 @@ def to_call(action: str) -> ToolCall | str:
     return action if answer is None else ToolCall("final_answer", {"answer": answer})
 
 
-SUITE = ToolSuite(tools=(FINAL_ANSWER,), system_prompt=lambda env: SYSTEM_PROMPT, to_call=to_call)
+SUITE = ToolSuite(
+    tools=(FINAL_ANSWER,), system_prompt=lambda env, max_turns: SYSTEM_PROMPT, to_call=to_call
+)

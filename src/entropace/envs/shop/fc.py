@@ -34,8 +34,8 @@ Buy Now to finish. You are scored on how well the bought product matches the ins
 Think first, then call a tool; always call a tool. You have at most {max_turns} turns."""
 
 
-def _system_prompt(env: Any) -> str:
-    return SYSTEM_PROMPT.format(max_turns=env.max_turns)
+def _system_prompt(env: Any, max_turns: int) -> str:
+    return SYSTEM_PROMPT.format(max_turns=max_turns)
 
 
 def _bracketed(value: str, what: str) -> str:
