@@ -36,13 +36,19 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 def _stats_and_grads(model, ids, attn, loss_mask, *, groups, micro, fused, temperature=0.7):
     model.zero_grad(set_to_none=True)
     calls: list[int] = []
-    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: calls.append(out.shape[1]))
+    head_forward = model.lm_head.forward  # counted without a hook (a hook turns fusing off)
+
+    def counted(x: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape[1])
+        return head_forward(x)
+
+    model.lm_head.forward = counted
     try:
         st = sequence_token_stats(model, ids, attn, temperature=temperature, loss_mask=loss_mask,
                                   micro_batch_size=micro, grad=True, groups=groups,
                                   fused_head=fused)  # fmt: skip
     finally:
-        hook.remove()
+        del model.lm_head.forward
     weight = loss_mask if loss_mask is not None else attn.float()
     ((st.logprob * weight).sum() + 0.5 * (st.entropy * weight).sum()).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -113,6 +119,10 @@ def test_models_without_a_plain_head_take_the_materialised_path(tiny) -> None:
             return self.inner(**kwargs)
 
     assert fused_head_parts(Wrapper(tiny)) is None
+    hook = tiny.lm_head.register_forward_hook(lambda _m, _i, out: out + 1.0)
+    assert fused_head_parts(tiny) is None  # the hook would be skipped
+    hook.remove()
+    assert fused_head_parts(tiny) is not None
     ids, attn, loss_mask, _ = multi_turn_batch(tiny.config.vocab_size, seed=7)
     with torch.no_grad():
         a = sequence_token_stats(tiny, ids, attn, loss_mask=loss_mask)

@@ -52,6 +52,12 @@ class RolloutConfig:
         fused_head: the statistics pass takes the hidden states of the policy tokens only
             and fuses the LM head with the statistics (``sequence_token_stats(...,
             fused_head=True)``): no ``[b, L, V]`` logits. Off: materialised logits.
+        stats_from_generation: take the sampling statistics (old log-probs, entropy, PAPO's
+            ``t1``/``t2``) from generation's own logits instead of a second forward pass over
+            the trajectories (:mod:`entropace.rollout.gen_stats`). Equal to the recomputed
+            ones to float round-off in fp32 (tested to 1e-5); off by default because a bf16
+            GPU engine's cached decoding drifts from the training forward, and recomputing
+            stays the reference.
     """
 
     max_turns: int | None = None
@@ -68,6 +74,7 @@ class RolloutConfig:
     share_prefix: bool = True
     reuse_kv: bool = True
     fused_head: bool = True
+    stats_from_generation: bool = False
 
     def __post_init__(self) -> None:
         def positive(name: str, optional: bool) -> None:
@@ -83,7 +90,7 @@ class RolloutConfig:
         positive("stats_chunk_size", True)
         positive("micro_batch_size", True)
         positive("generation_batch_size", True)
-        for name in ("share_prefix", "reuse_kv", "fused_head"):
+        for name in ("share_prefix", "reuse_kv", "fused_head", "stats_from_generation"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"rollout.{name} must be true or false, got {getattr(self, name)!r}"

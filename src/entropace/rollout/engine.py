@@ -35,6 +35,7 @@ from entropace.envs.base import TurnLimit
 from entropace.rollout.batch import EpisodeRecord, RolloutBatch, info_scores
 from entropace.rollout.chat import ChatLayout, Message, Tools, observation_message
 from entropace.rollout.config import RolloutConfig
+from entropace.rollout.gen_stats import GenerationRecorder, assemble_generation_stats
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
 from entropace.rollout.kvcache import (
     PrefixKV,
@@ -69,6 +70,9 @@ class _Episode:
     parse_errors: int = 0  # steps whose info has parse_error (tool errors included)
     tool_errors: int = 0  # steps whose info names a tool_error (interface="tools")
     scores: dict[str, float] = field(default_factory=dict)  # last info_scores of the episode
+    # rollout.stats_from_generation: [n, 4] statistics of each kept turn, and of the last call
+    gen_stats: list[torch.Tensor] = field(default_factory=list)
+    pending_stats: torch.Tensor | None = None
 
     @property
     def done(self) -> bool:
@@ -269,6 +273,9 @@ class _Engine:
             self.kv_counts["prefill_tokens"] += len(chunk) * width
         for ep in chunk:
             ep.kv = None  # the batch cache holds what is needed; free the old views
+        recorder = (
+            GenerationRecorder(self.cfg.temperature) if self.cfg.stats_from_generation else None
+        )
         new = generate_turn(
             self.model,
             [ep.ids for ep in chunk],
@@ -279,7 +286,11 @@ class _Engine:
             stop_ids=sorted(self.chat.stop_ids),
             pad_id=self.pad_id,
             cache=cache,
+            recorder=recorder,
         )
+        if recorder is not None:
+            for ep, stats in zip(chunk, recorder.rows(new), strict=True):
+                ep.pending_stats = stats
         if self.reuse_kv and cache is not None:
             kept = [min(len(g), b) for g, b in zip(new, budgets, strict=True)]  # as advance()
             for ep, kv in zip(chunk, kept_prefixes(cache, lengths, kept), strict=True):
@@ -301,6 +312,9 @@ class _Engine:
     def advance(self, ep: _Episode, new: list[int]) -> None:
         """Append one generated turn to ``ep``, step its environment, append the observation."""
         new = new[: self.budget(ep)]
+        if ep.pending_stats is not None:
+            ep.gen_stats.append(ep.pending_stats[: len(new)])
+            ep.pending_stats = None
         stopped = bool(new) and new[-1] in self.chat.stop_ids
         ep.ids += new
         ep.loss_mask += [1] * len(new)
@@ -440,23 +454,26 @@ def collect_rollouts(
         attention_mask = _right_pad([[1] * len(ep.ids) for ep in episodes], 0)
         loss_mask = _right_pad([ep.loss_mask for ep in episodes], 0).to(torch.float32)
         try:
-            stats = sequence_token_stats(
-                model,
-                input_ids.to(device),
-                attention_mask.to(device),
-                temperature=cfg.temperature,
-                chunk_size=cfg.stats_chunk_size,
-                micro_batch_size=cfg.micro_batch_size,
-                grad=False,
-                loss_mask=loss_mask.to(device),
-                # a group's common prompt runs once here too (same values up to round-off)
-                groups=(
-                    torch.tensor([r.group_id for r in reqs], device=device)
-                    if cfg.share_prefix
-                    else None
-                ),
-                fused_head=cfg.fused_head,
-            )
+            if cfg.stats_from_generation:
+                stats = assemble_generation_stats([ep.gen_stats for ep in episodes], loss_mask)
+            else:
+                stats = sequence_token_stats(
+                    model,
+                    input_ids.to(device),
+                    attention_mask.to(device),
+                    temperature=cfg.temperature,
+                    chunk_size=cfg.stats_chunk_size,
+                    micro_batch_size=cfg.micro_batch_size,
+                    grad=False,
+                    loss_mask=loss_mask.to(device),
+                    # a group's common prompt runs once here too (same values up to round-off)
+                    groups=(
+                        torch.tensor([r.group_id for r in reqs], device=device)
+                        if cfg.share_prefix
+                        else None
+                    ),
+                    fused_head=cfg.fused_head,
+                )
         except Exception as exc:
             if is_oom(exc):
                 raise RuntimeError(

@@ -92,6 +92,7 @@ def generate_turn(
     stop_ids: Sequence[int],
     pad_id: int,
     cache: Any = None,
+    recorder: Any = None,
 ) -> list[list[int]]:
     """Sample one continuation per prompt, in one batched ``model.generate`` call.
 
@@ -104,6 +105,8 @@ def generate_turn(
             ``C`` columns of the left-padded prompts (:func:`entropace.rollout.kvcache.batch_cache`);
             ``generate`` then prefills only the remaining columns and grows the cache in place
             (afterwards it holds every column but the last generated one).
+        recorder: optional :class:`entropace.rollout.gen_stats.GenerationRecorder`, run as
+            ``generate``'s logits processor (and closed with the returned sequences).
 
     Returns:
         The generated ids of each prompt, cut after the first stop token (inclusive) and
@@ -122,7 +125,11 @@ def generate_turn(
         pad_id=pad_id,
         user_cache=cache is not None,
     )
-    extra = {"cache": cache} if cache is not None else {}
+    extra: dict[str, Any] = {"cache": cache} if cache is not None else {}
+    if recorder is not None:
+        from transformers import LogitsProcessorList
+
+        extra["logits_processor"] = LogitsProcessorList([recorder])
     try:
         with torch.no_grad():
             output = model.generate(
@@ -139,6 +146,8 @@ def generate_turn(
         raise
     if not isinstance(output, Tensor):
         output = output.sequences
+    if recorder is not None:
+        recorder.finish(output)
     new = output[:, input_ids.shape[1] :].tolist()
     stops = set(stop_ids)
     result: list[list[int]] = []

@@ -290,8 +290,9 @@ def fused_head_parts(model: Any) -> tuple[Any, Tensor, Tensor | None] | None:
     """``(backbone, head_weight, head_bias)`` when ``model``'s logits are exactly
     ``head_weight @ backbone(...).last_hidden_state + head_bias`` (a transformers causal LM of
     :data:`PLAIN_HEAD_MODEL_TYPES`, possibly PEFT-wrapped, whose output embedding is a plain
-    ``nn.Linear``: a tied input embedding counts, a LoRA-wrapped head does not), else
-    ``None`` (the caller then takes the materialised path)."""
+    ``nn.Linear``: a tied input embedding counts, a LoRA-wrapped head does not) and no
+    forward hook on the model or its head (the fused path would skip it), else ``None``
+    (the caller then takes the materialised path)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(inner, "config", None)
     if config is None or not hasattr(config, "get_text_config"):
@@ -306,6 +307,8 @@ def fused_head_parts(model: Any) -> tuple[Any, Tensor, Tensor | None] | None:
     backbone = getattr(inner, "base_model", None)
     if type(head) is not torch.nn.Linear or backbone is None or backbone is inner:
         return None
+    if any(m._forward_hooks or m._forward_pre_hooks for m in (model, inner, head)):
+        return None  # a hook may change the logits, and the fused path never calls them
     return backbone, head.weight, head.bias
 
 
