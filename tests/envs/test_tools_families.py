@@ -201,6 +201,8 @@ AGENTBENCH_TURNS = {"db": 15, "os": 8, "kg": 15, "household": 20, "shop": 20}
 def test_agentbench_profile_settings(family: str) -> None:
     from entropace.envs.agentbench import AGENTBENCH
 
+    # every option the profile sets exists in the family (a renamed option fails here)
+    assert AGENTBENCH[family].missing(spec(family).options) == []
     env = make(family, profile="agentbench")
     assert env.max_turns == AGENTBENCH_TURNS[family]  # AgentBench FC's configs/tasks/*.yaml
     assert env.tools and type(env.env).__name__ == "ToolInterface"
