@@ -239,10 +239,28 @@ def test_state_logits_follow_the_statistics_pass() -> None:
     mask[2, 3:6] = 1
     ref = sequence_token_stats(model, ids, attn, temperature=0.9).entropy
     rows, cols = sample_states(mask, 100)
+    head_rows = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: head_rows.append(i[0].shape[0]))
     for mb in (None, 1, 2):
+        head_rows.clear()
         logits = state_logits(model, ids, attn, rows, cols, micro_batch_size=mb)
+        assert sum(head_rows) == rows.numel()  # the LM head ran on the states' positions only
         h = token_stats(logits, ids[rows, cols], temperature=0.9).entropy
         torch.testing.assert_close(h, ref[rows, cols], rtol=1e-5, atol=1e-6)
+    hook.remove()
+
+    class Plain(torch.nn.Module):  # no logits_to_keep: the full-logits path
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, position_ids, use_cache):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=position_ids, use_cache=use_cache)  # fmt: skip
+
+    shuffled = torch.randperm(rows.numel(), generator=gen)  # any order of the states
+    full = state_logits(Plain(model), ids, attn, rows[shuffled], cols[shuffled], micro_batch_size=2)
+    torch.testing.assert_close(full, logits[shuffled], rtol=1e-5, atol=1e-5)
 
 
 def test_first_order_error_is_quadratic_on_a_network_too() -> None:

@@ -135,6 +135,17 @@ def _takes_logits_to_keep(model: Any) -> bool:
         return False
 
 
+def _forward(model: Any, ids: Tensor, mask: Tensor, **extra: Any) -> Tensor:
+    """The model's logits, positions ``cumsum(mask) - 1`` as in the statistics pass, no cache."""
+    return model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+        use_cache=False,
+        **extra,
+    ).logits
+
+
 def state_logits(
     model: Any,
     input_ids: Tensor,
@@ -150,8 +161,10 @@ def state_logits(
     State ``i`` is the prefix ``input_ids[rows[i], :cols[i]]`` (``cols >= 1``): its logits are the
     model's output at position ``cols[i] - 1``, computed as the statistics pass computes them
     (positions ``cumsum(attention_mask) - 1``, no cache). Only the rows holding a state are run,
-    ``micro_batch_size`` of them per forward pass (None: all at once). Runs under
-    ``torch.no_grad`` unless ``grad``.
+    ``micro_batch_size`` of them per forward pass (None: all at once), and for models whose
+    ``forward`` takes ``logits_to_keep`` (transformers' causal LMs: a boolean ``[rows, L]`` mask
+    keeps exactly those positions) the LM head runs on the states' positions only, never on the
+    ``[rows, L, V]`` logits. Runs under ``torch.no_grad`` unless ``grad``.
     """
     if rows.shape != cols.shape or rows.dim() != 1:
         raise ValueError("state_logits: rows and cols must be 1-D and of the same length")
@@ -162,7 +175,7 @@ def state_logits(
     step = micro_batch_size or max(int(unique.numel()), 1)
     pieces: list[Tensor] = []
     order: list[Tensor] = []
-    keep_arg = _takes_logits_to_keep(model)
+    selective = _takes_logits_to_keep(model)
     with torch.set_grad_enabled(grad):
         for start in range(0, unique.numel(), step):
             chunk = unique[start : start + step]
@@ -171,18 +184,20 @@ def state_logits(
             used = int(mask.any(dim=0).nonzero().max()) + 1  # drop all-padding columns
             ids, mask = ids[:, :used], mask[:, :used]
             which = torch.isin(rows, chunk).nonzero().flatten()  # states in this chunk
-            local = torch.searchsorted(chunk, rows[which])
-            first = int(cols[which].min()) - 1  # first logits position needed
-            extra = {"logits_to_keep": used - first} if keep_arg and first > 0 else {}
-            logits = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
-                use_cache=False,
-                **extra,
-            ).logits
-            offset = used - logits.shape[1]  # logits[:, j] is position offset + j
-            pieces.append(logits[local.to(device), (cols[which] - 1 - offset).to(device)])
+            local, pos = torch.searchsorted(chunk, rows[which]), cols[which] - 1
+            logits = None
+            if selective:  # the LM head on the states' positions only
+                keep = torch.zeros(len(chunk), used, dtype=torch.bool)
+                keep[local, pos] = True
+                out = _forward(model, ids, mask, logits_to_keep=keep.to(device))
+                if out.dim() == 2 and out.shape[0] == int(keep.sum()):  # [kept, V], row-major
+                    kept = keep.flatten().nonzero().flatten()
+                    logits = out[torch.searchsorted(kept, local * used + pos).to(device)]
+                else:  # an older transformers: integer logits_to_keep only
+                    selective = False
+            if logits is None:
+                logits = _forward(model, ids, mask)[local.to(device), pos.to(device)]
+            pieces.append(logits)
             order.append(which)
     if not pieces:
         vocab = int(model.config.vocab_size) if hasattr(model, "config") else 0
