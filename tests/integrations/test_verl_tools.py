@@ -27,6 +27,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap  # noqa: E402
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop  # noqa: E402
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
@@ -59,6 +60,28 @@ def _entropace_episode(family: str, seed: int, **options: Any) -> tuple[list[str
             return replies, observations, rewards
 
 
+def test_command_line_writes_the_yaml(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "t.yaml"
+    assert (
+        vt.main(
+            [
+                "--families",
+                "db,os",
+                "--out",
+                str(out),
+                "--options",
+                '{"os": {"shell": "persistent"}}',
+            ]
+        )
+        == 0
+    )
+    loaded = OmegaConf.to_container(OmegaConf.load(out))
+    assert loaded == vt.tool_config(["db", "os"], options={"os": {"shell": "persistent"}})
+    assert [e["config"]["env"] for e in loaded["tools"]] == ["db"] * 2 + ["os"] * 3
+    assert json.loads(loaded["tools"][2]["config"]["options"]) == {"shell": "persistent"}
+    assert "wrote 5 tools" in capsys.readouterr().out
+
+
 def test_yaml_builds_the_family_tools_with_their_schemas(tmp_path: Path) -> None:
     families = ["db", "kg", "household", "shop", "reasoning", "os"]
     tools = _tools(tmp_path, families)
@@ -77,11 +100,18 @@ def test_yaml_builds_the_family_tools_with_their_schemas(tmp_path: Path) -> None
         vt.EntropaceTool({"type": "native", "env": "db", "tool": "bash_action"}, None)
 
 
-@pytest.mark.parametrize("family", CALL_FAMILIES)
-def test_oracle_episode_through_verl_tools_equals_entropace(tmp_path: Path, family: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "profile"),
+    [(f, "default") for f in CALL_FAMILIES] + [("db", "agentbench"), ("shop", "agentbench")],
+)
+def test_oracle_episode_through_verl_tools_equals_entropace(
+    tmp_path: Path, family: str, profile: str
+) -> None:
     seed = 3
-    replies, observations, rewards = _entropace_episode(family, seed, difficulty="medium")
-    tools = _tools(tmp_path, [family], options={family: {"difficulty": "medium"}})
+    replies, observations, rewards = _entropace_episode(
+        family, seed, difficulty="medium", profile=profile
+    )
+    tools = _tools(tmp_path, [family], options={family: {"difficulty": "medium"}}, profile=profile)
 
     async def play() -> tuple[list[str], list[float], list[dict], float]:
         ids = {}
@@ -288,7 +318,20 @@ def test_tool_agent_loop_plays_the_oracle(tmp_path: Path, cls: type, family: str
         assert policy == [r + eos for r in replies]
         assert context == tool_messages
         assert out.reward_score is None
-        score = vt.compute_score(family, "", "", dict(out.extra_fields))
+        reward_fn = get_custom_reward_fn(
+            OmegaConf.create(
+                {
+                    "reward": {
+                        "custom_reward_function": {
+                            "path": "pkg://entropace.integrations.verl.tools",
+                            "name": "compute_score",
+                        }
+                    }
+                }
+            )
+        )
+        extra = dict(out.extra_fields)
+        score = reward_fn(data_source=family, solution_str="", ground_truth="", extra_info=extra)
         assert score == {"score": 1.0, "success": 1.0}
     assert out.extra_fields["tool_rewards"] == rewards[: len(called)]
 
