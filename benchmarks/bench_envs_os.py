@@ -8,6 +8,11 @@ Per difficulty it measures ``reset`` (instance generation: tree, task, tar archi
 latency of one ``bash:`` step (a fresh bubblewrap sandbox with the work tree copied in and
 out) for a few ordinary commands, and the oracle's success rate on train seeds. It also times
 a few hostile commands (bounded by the 5 s per-command limit) and prints a markdown report.
+
+The persistent shell (``shell="persistent"``: one bash per episode) is measured side by side
+with the fresh one: the same seeds and commands, the two modes' steps interleaved (fresh,
+persistent, fresh, ...) so that the machine's load hits both alike; its reset includes
+starting the episode's sandbox and shell, and its oracle row covers all its kinds.
 """
 
 from __future__ import annotations
@@ -76,6 +81,32 @@ def main() -> None:
             f"| {difficulty} | {ms(resets)} | {ms(steps)} | {len(steps)} "
             f"| {statistics.mean(sizes) / 1024:.1f} | {solved}/{args.seeds} |"
         )
+    shell_rows = []
+    for difficulty in DIFFICULTIES:
+        fresh = make("os", difficulty=difficulty)
+        pers = make("os", difficulty=difficulty, shell="persistent")
+        times: dict[str, list[float]] = {"fresh": [], "persistent": [], "reset": []}
+        for seed in seeds("train", args.seeds):
+            fresh.reset(seed)
+            t = time.perf_counter()
+            pers.reset(seed)
+            times["reset"].append(time.perf_counter() - t)
+            for command in COMMANDS:
+                for name, e in (("fresh", fresh), ("persistent", pers)):
+                    t = time.perf_counter()
+                    e.step(f"bash: {command}")
+                    times[name].append(time.perf_counter() - t)
+        pers.close()
+        ratio = statistics.median(times["fresh"]) / statistics.median(times["persistent"])
+        solved = 0
+        for seed in seeds("train", args.seeds):
+            e = make("os", difficulty=difficulty, shell="persistent")
+            e.reset(seed)
+            solved += run_episode(e, spec("os").oracle(e), seed).success
+        shell_rows.append(
+            f"| {difficulty} | {ms(times['fresh'])} | {ms(times['persistent'])} | {ratio:.1f}x "
+            f"| {ms(times['reset'])} | {solved}/{args.seeds} |"
+        )
     env = make("os", difficulty="medium")
     for command in HOSTILE:
         env.reset(0)
@@ -85,6 +116,21 @@ def main() -> None:
         last = obs.strip().splitlines()[-1][:70]
         cell = command.replace("|", "\\|")
         hostile_rows.append(f"| `{cell}` | {1000 * dt:.0f} | {info['timed_out']} | `{last}` |")
+    env = make("os", difficulty="medium", shell="persistent")
+    persistent_rows = []
+    for command in (*HOSTILE, "sleep 1000", "exit 3", "exec sleep 100"):
+        env.reset(0)
+        t = time.perf_counter()
+        obs, *_, info = env.step(f"bash: {command}")
+        dt = time.perf_counter() - t
+        after, *_ = env.step("bash: echo alive")
+        note = obs.strip().splitlines()[-2][:90] if obs.count("\n") else ""
+        cell = command.replace("|", "\\|")
+        persistent_rows.append(
+            f"| `{cell}` | {1000 * dt:.0f} | {info['timed_out']} | {info['restarted']} "
+            f"| `{note.replace('|', '/')}` | {after.splitlines()[0] == 'alive'} |"
+        )
+    env.close()
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     report = "\n".join(
         [
@@ -103,11 +149,30 @@ def main() -> None:
             "|---|---|---|---|---|---|",
             *rows,
             "",
+            "Fresh vs persistent shell, side by side (same seeds and commands, steps "
+            "interleaved): one `bash:` step in ms (median / p95), the ratio of the medians, "
+            "and the persistent mode's reset (tree + starting the sandbox and its shell) and "
+            "its oracle over all its kinds (the fresh kinds plus the process, user, PATH and "
+            "edit kinds).",
+            "",
+            "| difficulty | fresh step (ms) | persistent step (ms) | fresh / persistent "
+            "| persistent reset (ms) | persistent oracle |",
+            "|---|---|---|---|---|---|",
+            *shell_rows,
+            "",
             "Hostile commands (difficulty medium, 5 s limit): wall time of the step.",
             "",
             "| command | ms | timed out | last line of the observation |",
             "|---|---|---|---|",
             *hostile_rows,
+            "",
+            "The same hostile commands (and three that only a long-lived shell has to survive) "
+            "in the persistent shell: wall time, the session's note (the line above "
+            "`[exit code: N]`), and whether the next command (`echo alive`) works.",
+            "",
+            "| command | ms | timed out | shell restarted | note | next command ok |",
+            "|---|---|---|---|---|---|",
+            *persistent_rows,
             "",
         ]
     )

@@ -303,6 +303,11 @@ def test_nothing_is_left_after_close_end_reset_exception_and_gc() -> None:
     env.reset(1)  # a new episode ends the old sandbox
     _assert_gone(fp)
     env.close()
+    short = make("os", shell="persistent", max_turns=5)
+    fp = _start(short)  # four steps
+    *_, truncated, _ = short.step("bash: true")  # the fifth: truncated by the turn limit
+    assert truncated and short.session is None
+    _assert_gone(fp)
 
     def crash() -> None:
         e = make("os", shell="persistent")

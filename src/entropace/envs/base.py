@@ -150,4 +150,7 @@ class TurnLimit:
         if not terminated and self.turn >= self.max_turns:
             truncated = True
         self.done = bool(terminated or truncated)
+        end = getattr(self.env, "end_episode", None) if truncated else None
+        if callable(end):  # a family holding per-episode resources (the os persistent shell)
+            end()
         return obs, float(reward), bool(terminated), bool(truncated), info

@@ -238,6 +238,11 @@ class OsEnv:
             self.session.close()
             self.session = None
 
+    def end_episode(self) -> None:
+        """Called by :class:`~entropace.envs.base.TurnLimit` when it truncates the episode:
+        the persistent shell's sandbox ends then, not at the next ``reset``."""
+        self.close()
+
     # -- the persistent shell ----------------------------------------------------------------
 
     def _start_session(self) -> None:

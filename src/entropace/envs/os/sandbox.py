@@ -39,11 +39,12 @@ Design (why one sandbox per command, and why the state travels as a tar stream):
   runs as root the sandbox is started as the unprivileged uid ``nobody`` (65534); inside, the
   agent is uid 1000 (``user``) either way.
 
-The alternative (one long-lived bash per episode over a pipe protocol) keeps shell state such
-as ``cd`` and variables, but a hostile command can kill or confuse that shell, and background
-processes would survive between commands. Per-command sandboxes give simpler, stronger
-guarantees for a start-up cost of tens of milliseconds (see ``benchmarks/results/envs_os.md``
-and ``benchmarks/results/envs_hardening.md``).
+The alternative, one long-lived bash per episode (``OsEnv(shell="persistent")``,
+:mod:`entropace.envs.os.session`), keeps shell state such as ``cd``, variables and background
+jobs, and uses this module's isolation options (:meth:`Sandbox.bwrap_argv`); it has to control
+processes from the host instead of relying on one sandbox per command. Per-command sandboxes
+stay the default: simpler, transactional guarantees for a start-up cost of tens of
+milliseconds (see ``benchmarks/results/envs_os.md`` and ``benchmarks/results/envs_hardening.md``).
 """
 
 from __future__ import annotations
