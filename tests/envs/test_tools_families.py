@@ -275,3 +275,12 @@ def test_agentbench_wording_os() -> None:
     assert env.step(_call("bash_action", script="echo hi"))[0] == "The output of the OS:\n\nhi"
     assert env.step(_call("bash_action", script="true"))[0] == "The output of the OS is empty."
     env.close()
+    # goal tasks name the tool, not the text action, in both tool profiles
+    for profile in ("default", "agentbench"):
+        for seed in range(30):
+            env = make("os", interface="tools", profile=profile)
+            first, _ = env.reset(seed)
+            env.close()
+            assert "Reply `done`" not in first
+            if env.task.is_goal:
+                assert first.endswith("Call `finish_action` when finished.")

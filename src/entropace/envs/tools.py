@@ -155,6 +155,8 @@ class ToolSuite:
             ``Final Answer: #N`` as AgentBench FC does.
         max_calls: calls allowed in one reply (1: one action per turn, as the families and
             AgentBench FC's os / household / shop tasks take them).
+        style: the :class:`MessageStyle` of the tools interface (e.g. os turns the task's
+            "Reply `done`" into "Call `finish_action`").
         agentbench: the :class:`MessageStyle` of AgentBench FC's task (``profile="agentbench"``).
     """
 
@@ -163,6 +165,7 @@ class ToolSuite:
     to_call: Callable[[str], ToolCall | str]
     no_call: Callable[[Any, str], StepResult | None] = field(default=lambda env, reply: None)
     max_calls: int = 1
+    style: MessageStyle = field(default_factory=MessageStyle)
     agentbench: MessageStyle = field(default_factory=MessageStyle)
 
     def by_name(self) -> dict[str, ToolSpec]:

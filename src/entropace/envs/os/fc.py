@@ -138,10 +138,18 @@ def _agentbench_result(env: Any, call: ToolCall, observation: str) -> str:
     return f"The output of the OS:\n\n{output}" if output else "The output of the OS is empty."
 
 
+def _tools_first(env: Any, observation: str) -> str:
+    """The task text with its text-syntax instruction in tool terms."""
+    return observation.replace("Reply `done` when finished.", "Call `finish_action` when finished.")
+
+
+#: The tools interface's wording: the goal tasks' "Reply `done`" names the tool instead.
+STYLE = MessageStyle(first=_tools_first)
+
 AGENTBENCH_STYLE = MessageStyle(
     first=lambda env, obs: (
         "Now, I will start a new problem in a new OS. My problem is:\n\n"
-        + obs.removeprefix("Task: ")
+        + _tools_first(env, obs).removeprefix("Task: ")
     ),
     result=_agentbench_result,
     no_call=lambda env: "No executable tool calls found. Please call a tool instead",
@@ -151,5 +159,6 @@ SUITE = ToolSuite(
     tools=(BASH_ACTION, FINISH_ACTION, ANSWER_ACTION),
     system_prompt=_system_prompt,
     to_call=to_call,
+    style=STYLE,
     agentbench=AGENTBENCH_STYLE,
 )
