@@ -172,6 +172,15 @@ def tool_oracle_call(family: str, action: str) -> ToolCall:
         ("household", "take_action", {"action": "look\ngo to cabinet 1"}, "one line"),
         ("reasoning", "final_answer", {"answer": "1</answer><answer>2"}, "<answer> tags"),
         ("db", "execute_sql", {"query": "SELECT '\ud800'"}, "unpaired UTF-16 surrogate"),
+        ("db", "execute_sql", {"query": " \n "}, "the query is empty"),
+        ("reasoning", "final_answer", {"answer": "  "}, "the answer is empty"),
+        pytest.param(
+            "os",
+            "bash_action",
+            {"script": "\n"},
+            "the script is empty",
+            marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed"),
+        ),
         ("household", "take_action", {"action": "\udfff"}, "unpaired UTF-16 surrogate"),
     ],
 )

@@ -16,6 +16,7 @@ from typing import Any
 from entropace.envs.db.actions import parse_action
 from entropace.envs.tools import (
     MessageStyle,
+    ToolArgumentError,
     ToolCall,
     ToolSpec,
     ToolSuite,
@@ -50,11 +51,17 @@ def _answers_text(arguments: dict[str, Any]) -> str:
     return "Answer: " + json.dumps(arguments["answers"], ensure_ascii=False)
 
 
+def _sql_text(arguments: dict[str, Any]) -> str:
+    if not arguments["query"].strip():
+        raise ToolArgumentError("the query is empty")
+    return "SQL: " + arguments["query"]
+
+
 EXECUTE_SQL = ToolSpec(
     name="execute_sql",
     description="Executes a given SQL statement on the database and returns the result.",
     parameters=string_parameters(query="The SQL query to be executed."),
-    run=text_step(lambda a: "SQL: " + a["query"]),
+    run=text_step(_sql_text),
 )
 
 COMMIT_FINAL_ANSWER = ToolSpec(

@@ -32,6 +32,8 @@ def _answer(env: Any, arguments: dict[str, Any]) -> Any:
     low = answer.lower()
     if "<answer>" in low or "</answer>" in low:
         raise ToolArgumentError("the answer must not contain <answer> tags")
+    if not answer.strip():
+        raise ToolArgumentError("the answer is empty")
     return env.step(f"<answer>{answer}</answer>")
 
 
