@@ -8,6 +8,7 @@ its own observation, counts as a parse error and leaves the family untouched.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from typing import Any
 
@@ -225,8 +226,8 @@ def test_tools_are_json_schemas_in_the_chat_template_format() -> None:
         "reasoning": ["final_answer"],
     }
     for family, names in expected.items():
-        if family == "os":
-            pytest.importorskip("shutil").which("bwrap") or pytest.skip("no bwrap")
+        if family == "os" and shutil.which("bwrap") is None:
+            continue  # the os family needs bubblewrap
         env = make(family, interface="tools")
         tools = env.tools
         assert [t["function"]["name"] for t in tools] == names
