@@ -44,7 +44,6 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from entropace.envs.db.questions import _LOCK, trusted_connection
 from entropace.envs.db.sandbox import (
     _ALLOWED_ACTIONS,
     _DENIED_FUNCTIONS,
@@ -56,6 +55,8 @@ from entropace.envs.db.sandbox import (
     check_statement,
     strip_sql,
 )
+from entropace.envs.db.trusted import TRUSTED_LOCK as _LOCK
+from entropace.envs.db.trusted import trusted_connection
 
 #: First words a statement of a write task may start with.
 WRITE_FIRST_WORDS: tuple[str, ...] = (

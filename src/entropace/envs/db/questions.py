@@ -22,15 +22,14 @@ from __future__ import annotations
 import functools
 import os
 import random
-import sqlite3
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from entropace.envs.db.build import database_path
 from entropace.envs.db.templates import Template, templates_for
+from entropace.envs.db.trusted import TRUSTED_LOCK as _LOCK
+from entropace.envs.db.trusted import _open_trusted, trusted_connection
 from entropace.envs.db.write_templates import WriteTemplate, write_templates_for
 
 #: Longest gold answer (number of values) an instance may have.
@@ -81,26 +80,6 @@ class Instance:
     statements: tuple[str, ...] = ()
     gold_diff: tuple = ()
     gold_digest: str = ""
-
-
-#: Serialises use of the shared trusted connections (environments may live in threads).
-_LOCK = threading.RLock()
-
-
-def trusted_connection(database: str) -> sqlite3.Connection:
-    """A read-only connection (no authorizer) for gold SQL and pools; one per file and process.
-
-    Keyed by process id too: a connection must not be used across ``fork``.
-    """
-    return _open_trusted(str(database_path(database)), os.getpid())
-
-
-@cache
-def _open_trusted(path: str, pid: int) -> sqlite3.Connection:
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    conn.execute("PRAGMA query_only=ON")
-    return conn
 
 
 def _pool(database: str, sql: str) -> tuple[tuple, ...]:
