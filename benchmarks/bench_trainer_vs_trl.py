@@ -551,6 +551,24 @@ def save_tiny_model(directory: Path, args: argparse.Namespace | None = None) -> 
     )
 
 
+def resolve_model(name: str) -> tuple[str, str]:
+    """``(directory, summary)`` of ``--model``: ``smollm2-135m`` (the cached conversion of the
+    embedded GGUF) or a local directory with a causal LM and its tokenizer."""
+    if name == "smollm2-135m":
+        from entropace.models.smollm2 import ensure_smollm2
+
+        path = str(ensure_smollm2())
+    else:
+        path = name
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(path)
+    return path, (
+        f"{name} ({path}): {c.model_type} hidden {c.hidden_size}, {c.num_hidden_layers} "
+        f"layers, vocab {c.vocab_size}, float32"
+    )
+
+
 def summarise(runs: list[dict], warmup: int) -> dict[str, float]:
     """Medians over the measured steps of every run, token rates over their summed time."""
     steps = [s for r in runs for s in r["steps"][warmup:]]
@@ -619,6 +637,12 @@ def add_workload_args(parser: argparse.ArgumentParser, children: dict[str, Any])
     parser.add_argument("--hidden", type=int, default=None, help="model width (default 64)")
     parser.add_argument("--layers", type=int, default=None, help="model depth (default 2)")
     parser.add_argument("--intermediate", type=int, default=None, help="MLP width (default 128)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a local model directory, or smollm2-135m (the embedded SmolLM2-135M-Instruct, "
+        "converted into the cache), instead of the tiny random model",
+    )
     parser.add_argument("--markdown", default=None, help="also write the report to this file")
     parser.add_argument("--child", choices=sorted(children), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -672,7 +696,10 @@ def main() -> None:
     load_before = os.getloadavg()
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir, model_desc = save_tiny_model(Path(tmp), args)
+        if args.model:
+            model_dir, model_desc = resolve_model(args.model)
+        else:
+            model_dir, model_desc = save_tiny_model(Path(tmp), args)
         work = workload_from_args(args, model_dir)
         reason = trl_unavailable(args.trl_python)
         sides = {"ours": sys.executable} | ({} if reason else {"trl": args.trl_python})

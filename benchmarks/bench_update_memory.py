@@ -13,7 +13,10 @@ variant runs in a fresh subprocess, in order, ``--repeats`` times (peak RSS is t
 3. one ``update_step`` with the quick preset's PPO settings (1 epoch x 2 mini-batches).
 
 Variants are ``key=value`` overrides of the quick preset (``ppo.fused_head``,
-``rollout.fused_head``, ``ppo.micro_batch_size``, ``model.gradient_checkpointing``, ...).
+``rollout.fused_head``, ``ppo.micro_batch_size``, ``model.gradient_checkpointing``, ...);
+an ``ENV:NAME=value`` item sets the child's environment instead (glibc's
+``MALLOC_MMAP_THRESHOLD_``, say). ``--prompts 610`` keeps only the longest group: the peak is
+set by the largest micro-batch, not by how many there are.
 ``--profile`` adds, per variant, torch's memory profiler over one micro-batch's forward +
 backward (the categories of the live tensors at their peak: parameters, gradients, activations,
 temporaries, autograd detail), which ``tracemalloc`` cannot see.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -36,14 +40,14 @@ PROMPTS = (270, 450, 610)
 G = 8
 
 
-def make_batch(vocab: int):
+def make_batch(vocab: int, prompts: tuple[int, ...] = PROMPTS):
     import torch
 
     from entropace.rollout import RolloutBatch
 
     g = torch.Generator().manual_seed(0)
     rows = []
-    for k, n in enumerate(PROMPTS):
+    for k, n in enumerate(prompts):
         prompt = torch.randint(10, vocab, (n,), generator=g)
         for i in range(G):
             obs = 40 + (13 * (3 * k + i)) % 41
@@ -62,20 +66,18 @@ def make_batch(vocab: int):
     for i, (ids, mask, _) in enumerate(rows):
         input_ids[i, : len(ids)], attn[i, : len(ids)], loss_mask[i, : len(ids)] = ids, 1, mask
     groups = torch.tensor([k for _, _, k in rows])
-    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0] * 3)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0] * len(prompts))
     zeros = torch.zeros(batch, length)
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attn, loss_mask=loss_mask, old_logprobs=zeros,
         entropy=zeros, sensitivity=zeros, rewards=rewards, group_ids=groups, task_ids=groups,
-        task_names=["db", "kg", "reasoning"], success=rewards > 0,
+        task_names=["db", "kg", "reasoning"][: len(prompts)], success=rewards > 0,
         abnormal=torch.zeros(batch, dtype=torch.bool), num_turns=torch.full((batch,), 2),
     )  # fmt: skip
 
 
 def rss_mib() -> float:
     """Current resident set size (``/proc/self/statm``)."""
-    import os
-
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -120,7 +122,7 @@ def profile_micro_batch(learner, batch) -> dict[str, float]:
     return out
 
 
-def child(overrides: list[str], profile_it: bool) -> dict:
+def child(overrides: list[str], profile_it: bool, prompts: tuple[int, ...] = PROMPTS) -> dict:
     import torch
 
     from entropace.rollout import sequence_token_stats
@@ -133,7 +135,7 @@ def child(overrides: list[str], profile_it: bool) -> dict:
     out: dict = {"rss_start_mib": rss_mib()}
     model, _, _ = build_model(cfg.model)
     out["rss_model_mib"] = rss_mib()
-    batch = make_batch(model.config.vocab_size)
+    batch = make_batch(model.config.vocab_size, prompts)
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.no_grad():
         st = sequence_token_stats(
@@ -165,18 +167,27 @@ def main(argv: list[str] | None = None) -> int:
                                                    ""])  # fmt: skip
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--prompts", default=",".join(map(str, PROMPTS)),
+                   help="prompt lengths, one group of G=8 each (the peak is set by the longest)")  # fmt: skip
     p.add_argument("--markdown", type=Path)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child.split(), args.profile)))
+        prompts = tuple(int(x) for x in args.prompts.split(","))
+        print(json.dumps(child(args.child.split(), args.profile, prompts)))
         return 0
     results: list[tuple[str, dict]] = []
     for _ in range(args.repeats):
         for variant in args.variants:
-            cmd = [sys.executable, __file__, "--child", variant]
+            # ENV:NAME=value items set the child's environment (e.g. glibc's
+            # MALLOC_MMAP_THRESHOLD_); the others are config overrides
+            items = variant.split()
+            env = dict(os.environ)
+            env.update(x[4:].split("=", 1) for x in items if x.startswith("ENV:"))
+            overrides = " ".join(x for x in items if not x.startswith("ENV:"))
+            cmd = [sys.executable, __file__, "--child", overrides, "--prompts", args.prompts]
             cmd += ["--profile"] if args.profile else []
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0:
                 raise SystemExit(f"variant {variant!r} failed:\n{proc.stderr[-3000:]}")
             res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -211,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.markdown:
         quoted = " ".join(f'"{v}"' for v in args.variants)
-        flags = f"--repeats {args.repeats}" + (" --profile" if args.profile else "")
+        flags = f"--repeats {args.repeats} --prompts {args.prompts}"
+        flags += " --profile" if args.profile else ""
         args.markdown.write_text(
             "# The update's memory (quick batch, G=8, SmolLM2-135M)\n\n"
             f"Command: `python benchmarks/bench_update_memory.py {flags} --markdown "
