@@ -12,7 +12,8 @@ Reads every ``RUN/metrics.jsonl`` of the grid (``<algo>/seed<k>/``) and writes M
    the mean over tasks of the per-task entropy over the last 20 steps, the number of tasks
    solved (last-20 success > 0.5), and the first step at which each task's 10-step moving
    success reaches 0.5 (seeds that never do are counted, not averaged);
-3. the polarity audit (``audit/*``, logged every ``audit.every`` steps): per run the mean over
+3. pairs of algorithms whose runs of a seed are equal (every step's entropy);
+4. the polarity audit (``audit/*``, logged every ``audit.every`` steps): per run the mean over
    audited steps, then mean ± CI over seeds per algorithm.
 """
 
@@ -120,7 +121,27 @@ def main(root: Path) -> None:
             f"| {fmt(mean_ci(list(solved.values())))} | {first_txt} |"
         )
 
-    print("\n## 3. The polarity audit inside training (`audit/*`, mean over audited steps)\n")
+    print("\n## 3. Runs that equal another algorithm's run of the same seed\n")
+    same = []
+    for i, a in enumerate(algos):
+        for b in algos[i + 1 :]:
+            seeds = sorted(set(grid[a]) & set(grid[b]))
+            equal = [
+                s for s in seeds
+                if [r.get("entropy") for r in grid[a][s]] == [r.get("entropy") for r in grid[b][s]]
+            ]  # fmt: skip
+            if equal:
+                eps_diff = sum(
+                    any(r.get(f"task/{t}/eps_low") != q.get(f"task/{t}/eps_low") for t in TASKS)
+                    for s in equal
+                    for r, q in zip(grid[a][s], grid[b][s])
+                )
+                same.append(f"- {a} = {b} (every step's entropy equal) in {len(equal)}/"
+                            f"{len(seeds)} seeds; their eps_low differ on {eps_diff} steps "
+                            "of those runs")  # fmt: skip
+    print("\n".join(same) if same else "None.")
+
+    print("\n## 4. The polarity audit inside training (`audit/*`, mean over audited steps)\n")
     audited = [
         a for a in algos if any("audit/states" in r for rows in grid[a].values() for r in rows)
     ]
