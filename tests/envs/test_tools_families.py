@@ -286,7 +286,7 @@ def test_agentbench_wording_os() -> None:
     env.close()
     # goal tasks name the tool, not the text action, in both tool profiles
     for profile in ("default", "agentbench"):
-        for seed in range(30):
+        for seed in range(12):
             env = make("os", interface="tools", profile=profile)
             first, _ = env.reset(seed)
             env.close()
