@@ -87,6 +87,32 @@ def _run(model: Any, tok: Any, monkeypatch: pytest.MonkeyPatch, names: list[str]
     return collect_rollouts(model, tok, requests, cfg, seed=0), script, envs
 
 
+def test_the_real_qwen25_template(
+    tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen2.5-Instruct's own template (as shipped in TRL): tools rendered natively, results in
+    <tool_response> user turns, the masked tokens exactly the replies."""
+    chat_templates = pytest.importorskip("trl.chat_template_utils")
+    model, tok = tiny_model_and_tokenizer
+    tok.chat_template = chat_templates.qwen2_5_chat_template
+    how = ChatLayout(tok).tool_rendering()
+    assert (how.native, how.result_role) == (True, "tool")
+    result, script, envs = _run(model, tok, monkeypatch, ["db", "household"])
+    assert result.batch.success.tolist() == [True, True]
+    for i in range(2):
+        length = int(result.batch.attention_mask[i].sum())
+        ids = result.batch.input_ids[i, :length].tolist()
+        mask = result.batch.loss_mask[i, :length].tolist()
+        policy = tok.decode([t for t, m in zip(ids, mask) if m])
+        assert policy == "".join(r + "<|im_end|>" for r in script.replies[i])
+        text = tok.decode(ids)
+        name = envs[i].tools[0]["function"]["name"]
+        assert (
+            "# Tools\n\nYou may call one or more functions" in text and f'"name": "{name}"' in text
+        )
+        assert text.count("<|im_start|>user\n<tool_response>\n") == len(script.replies[i]) - 1
+
+
 @pytest.mark.parametrize("template", ["chatml", "qwen"])
 def test_tool_episodes_render_tool_turns_and_mask_exactly_the_replies(
     tiny_model_and_tokenizer: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, template: str
