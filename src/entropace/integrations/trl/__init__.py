@@ -11,6 +11,7 @@ Modules:
              chunked no-grad pass
     steps    the per-batch arithmetic (per-completion bounds, global PAPO rescaling, RLOO)
     envs     entropace's environments as TRL multi-turn rollouts (``env_rollout_func``)
+    tools    the families' tools through TRL's ``environment_factory`` (``tool_environment``)
 
 See ``docs/integrations/trl.md``.
 """
@@ -36,6 +37,13 @@ from entropace.integrations.trl.stats import (
     CompletionStats,
     GenerationStats,
     completion_token_stats,
+)
+from entropace.integrations.trl.tools import (
+    EntropaceToolEnvironment,
+    env_tool_reward,
+    tool_env_dataset,
+    tool_environment,
+    tool_environments,
 )
 from entropace.integrations.trl.trainer import (
     EPS_HIGH_KEY,
@@ -66,6 +74,7 @@ __all__ = [
     "UNSUPPORTED",
     "CompletionStats",
     "EntropaceGRPOTrainer",
+    "EntropaceToolEnvironment",
     "GenerationStats",
     "EnvRolloutConfig",
     "TRLRecipe",
@@ -73,5 +82,9 @@ __all__ = [
     "env_dataset",
     "env_reward",
     "env_rollout_func",
+    "env_tool_reward",
     "resolve_recipe",
+    "tool_env_dataset",
+    "tool_environment",
+    "tool_environments",
 ]
