@@ -15,11 +15,13 @@ Layout (host pipes in brackets)::
 * The supervisor unpacks the initial tar (``work/``, ``etc/passwd``, ``etc/group``), starts the
   **agent shell** on request (again after the shell died), and at the end writes the final
   tar. It forks only for those; it lists and kills nothing itself.
-* Each command goes to the agent shell's stdin as one line::
+* Each command goes to the agent shell's stdin as one line (:func:`_command_line`), in
+  essence::
 
       eval -- '<command, shell-quoted>' </dev/null >&7 2>&7; printf '%s %s\\n' TAG "$?" >&6
 
-  so it runs in that shell (``cd``, variables, functions, background jobs persist), reads
+  after a parse check in a subshell (text that does not parse never reaches the shell: bash
+  5.2's ``eval`` of unbalanced input can corrupt it). So the command runs in that shell (``cd``, variables, functions, background jobs persist), reads
   ``/dev/null`` (a command cannot eat the next one), writes to the output pipe through fd 7
   (``exec >&-`` in a command lasts only for that command), and the **end marker** with the
   exit status goes to its own pipe, tagged with a fresh random ``TAG`` (128 bits) per command:
@@ -47,6 +49,7 @@ import os
 import secrets
 import selectors
 import shlex
+import signal
 import time
 import weakref
 from dataclasses import dataclass
@@ -62,6 +65,8 @@ _RESET = (
     "background processes were kept)"
 )
 
+_SHELL_ARGV = b"bash\0--noprofile\0--norc\0-s\0"  # the agent's shell, once exec'd
+_SHELL_ARGS = ("bash", "--noprofile", "--norc", "-s")
 _DEAD = ("Z", "X", None)  # zombie, dead, gone: nothing left to kill
 #: Seconds a timed-out command's shell gets to report after its processes were killed.
 GRACE_S = 1.0
@@ -196,7 +201,7 @@ class ShellSession:
         if procs.proc_key(self.shell.pid) != self.shell:
             raise SessionError("the new shell exited at once")
         deadline = time.monotonic() + SUPERVISOR_S  # until the subshell has exec'd bash
-        while not _cmdline(self.shell.pid).startswith(b"entropace-shell-"):
+        while _cmdline(self.shell.pid) != _SHELL_ARGV:
             if time.monotonic() > deadline or _wait_readable(self._shell_fd, 0.001):
                 raise SessionError("the new shell did not start")
         self.shell_starts += 1
@@ -242,9 +247,7 @@ class ShellSession:
         is left (zombies wait for the supervisor to reap them)."""
         assert self.init_pid is not None
         for _ in range(500):
-            alive = [
-                k for k in procs.descendants(self.init_pid) if _state(k.pid) not in ("Z", "X", None)
-            ]
+            alive = [k for k in procs.descendants(self.init_pid) if _state(k.pid) not in _DEAD]
             if not alive:
                 return
             for key in alive:
@@ -263,7 +266,8 @@ class ShellSession:
         while settle and time.monotonic() < deadline:
             time.sleep(0.01)
             again = procs.list_processes(self.init_pid)
-            if again == listing and not procs.signals_pending(self.init_pid):
+            forked = sum(p.argv == _SHELL_ARGS for p in again) > 1  # a subshell not yet exec'd
+            if again == listing and not forked and not procs.signals_pending(self.init_pid):
                 break
             listing = again
         return listing
@@ -293,14 +297,7 @@ class ShellSession:
         crowded = self._crowded()
         before = self._snapshot()
         tag = secrets.token_hex(16)
-        # fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
-        # redirections, so no function a command defines (`:`, `true`) runs here.
-        line = (
-            "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
-            f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
-            "{ >&6; } 2>/dev/null || exec 6>&8; "
-            f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
-        ).encode("utf-8", "surrogateescape")
+        line = _command_line(command, tag).encode("utf-8", "surrogateescape")
         out = bytearray()
         total = 0
         exit_code: int | None = None
@@ -325,6 +322,8 @@ class ShellSession:
                         break  # no marker within the grace period either
                     timed_out = True
                     self._kill_new(before, everywhere=False)
+                    # a trapped signal ends a `wait` for an earlier command's job
+                    procs.kill_process(self.shell, signal.SIGUSR2)
                     deadline = now + GRACE_S
                     continue
                 for key, _ in sel.select(deadline - now):
@@ -346,6 +345,8 @@ class ShellSession:
             status = self._start_shell()
             exit_code = int(status) if status.isdigit() else None
             why = f"the shell exited with status {status}" if status.isdigit() else "it exited"
+            if timed_out:  # e.g. `exec sleep 100`: the signal that ends a `wait` ended it
+                why = f"killed after the {lim.timeout_s:g} s time limit; {why}"
             note = f"{why}; a new shell was started{_RESET}"
         elif outcome == "hung":
             self._kill_new(before, everywhere=False)
@@ -515,6 +516,30 @@ class ShellSession:
     def bwrap_pid(self) -> int:
         """Host PID of the bwrap process (its process group holds the whole sandbox)."""
         return self._proc.pid
+
+
+def _command_line(command: str, tag: str) -> str:
+    """The line that runs ``command`` in the shell and reports its status with ``tag``.
+
+    * fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
+      redirections, so no function a command defines (``:``, ``true``) runs here;
+    * the USR2 trap (a comment: it does nothing) lets the host interrupt a ``wait`` builtin;
+    * the command is first **parsed in a subshell** (as the body of a function that is never
+      called): bash 5.2's ``eval`` of unbalanced input (``echo "$(``) can corrupt the shell's
+      own parser or heap (``free(): invalid next size``), so text that does not parse never
+      reaches the long-lived shell; the subshell's error message is the observation. (One
+      difference from plain ``eval``: an unterminated here-document is an error here.)
+    """
+    check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
+    return (
+        "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
+        "trap '#' USR2; "
+        f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
+        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
+        "else __entropace_rc=2; fi; "
+        "{ >&6; } 2>/dev/null || exec 6>&8; "
+        f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
+    )
 
 
 def _wait_readable(fd: int | None, timeout: float) -> bool:

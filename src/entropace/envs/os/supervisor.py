@@ -43,7 +43,7 @@ while IFS=' ' read -r op tag; do
         trap - HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
         ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} -t {cpu_s} 2>/dev/null
         cd /work || exit 97
-        exec -a "entropace-shell-$0" /usr/bin/bash --noprofile --norc -s
+        exec -a bash /usr/bin/bash --noprofile --norc -s
       ) <&4 >&5 2>&5 7>&5 8>&6 4<&- 5>&- &
       sh=$!
       printf '%s %s %s\n' "$tag" "$sh" "$st" ;;
@@ -92,8 +92,9 @@ def _park(fd: int, at_least: int) -> int:
 def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
     """Start the sandbox with the supervisor as PID 1, ``state`` (a tar) unpacked into it.
 
-    ``tag`` becomes the supervisor's ``$0`` and part of the shell's name
-    (``entropace-shell-TAG``), so the session's processes can be found by command line.
+    ``tag`` becomes the supervisor's ``$0`` (in its command line), so a session's sandbox
+    can be found by command line; the agent's shell is plain ``bash`` (its error messages
+    read ``bash: line N: ...``).
 
     Raises:
         SessionError: when bwrap cannot be started.

@@ -86,8 +86,11 @@ def service_pid(rng: random.Random, tree: Tree) -> Task:
             return False, f"the answer {text[:40]!r} is not a PID"
         for p in state.processes:
             if p.pid == int(text):
-                ok = _runs(p, script) and p.state != "T"
-                return ok, "ok" if ok else f"process {text} does not run {script}"
+                if p.state == "T":
+                    return False, f"process {text} is stopped"
+                ok = _runs(p, script)
+                why = f"process {text} runs {' '.join(p.argv)[:80]!r}, not {script}"
+                return ok, "ok" if ok else why
         return False, f"no process {text} is running"
 
     cmd = f"nohup {script} >/dev/null 2>&1 & echo $!"
