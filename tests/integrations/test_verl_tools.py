@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +83,34 @@ def test_command_line_writes_the_yaml(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [e["config"]["env"] for e in loaded["tools"]] == ["db"] * 2 + ["os"] * 3
     assert json.loads(loaded["tools"][2]["config"]["options"]) == {"shell": "persistent"}
     assert "wrote 5 tools" in capsys.readouterr().out
+
+
+def test_loading_the_yaml_registers_the_agent_loop_in_a_fresh_process(tmp_path: Path) -> None:
+    # verl's AgentLoopWorker loads the tool config in __init__, before it runs any loop
+    path = vt.write_tool_config(["kg"], tmp_path / "tools.yaml")
+    code = (
+        "import json, sys\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry as R\n"
+        "from verl.tools.tool_registry import initialize_tools_from_config\n"
+        "before = 'entropace_tool_agent' in R\n"
+        f"tools = initialize_tools_from_config({str(path)!r})\n"
+        "print(json.dumps({'before': before, 'after': R.get('entropace_tool_agent'),"
+        " 'tools': [type(t).__name__ for t in tools]}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"},
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"] is False
+    assert result["after"] == {
+        "_target_": "entropace.integrations.verl.tools.EntropaceToolAgentLoop"
+    }
+    assert result["tools"] == ["EntropaceTool"] * 8
 
 
 def test_yaml_builds_the_family_tools_with_their_schemas(tmp_path: Path) -> None:
@@ -272,7 +303,18 @@ def _segments(out: Any, tokenizer: Any) -> list[tuple[int, str]]:
 @pytest.mark.parametrize(
     ("cls", "family"), [(vt.EntropaceToolAgentLoop, "kg"), (ToolAgentLoop, "db")]
 )
-def test_tool_agent_loop_plays_the_oracle(tmp_path: Path, cls: type, family: str) -> None:
+def test_tool_agent_loop_plays_the_oracle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: type, family: str
+) -> None:
+    closed: list[str] = []
+    close = vt.Episode.close
+
+    def recording_close(self: Any) -> None:
+        if self.env is not None:
+            closed.append(self.family)
+        close(self)
+
+    monkeypatch.setattr(vt.Episode, "close", recording_close)
     tokenizer = build_tiny_tokenizer()
     tokenizer.chat_template = TOOLS_TEMPLATE
     seed = 1_000_002  # a test-split seed
@@ -334,6 +376,8 @@ def test_tool_agent_loop_plays_the_oracle(tmp_path: Path, cls: type, family: str
         score = reward_fn(data_source=family, solution_str="", ground_truth="", extra_info=extra)
         assert score == {"score": 1.0, "success": 1.0}
     assert out.extra_fields["tool_rewards"] == rewards[: len(called)]
+    gc.collect()
+    assert closed == [family]  # the episode's environment was closed once
 
 
 @pytest.mark.skipif(not HAS_BWRAP, reason="the os environment needs bwrap")
