@@ -327,11 +327,13 @@ def test_tool_agent_loop_plays_the_oracle(
     replies, observations, rewards = _entropace_episode(family, seed)
     if cls is ToolAgentLoop:
         replies = [*replies, "Done."]
-    tools = _tools(tmp_path, [family])
+    # one YAML for several families: the row's tool_selection shows only its family's tools
+    tools = _tools(tmp_path, ["db", "kg", "household"])
     out, server = _run_loop(cls, tokenizer, tools, replies, row)
     env = make(family, interface="tools")
     env.reset(seed)
     # the prompt: entropace's system prompt and first observation, the family's tool schemas
+    assert data["extra_info"]["tool_selection"] == [t["function"]["name"] for t in env.tools]
     prompt = tokenizer.apply_chat_template(
         data["prompt"], tools=env.tools, add_generation_prompt=True, tokenize=False
     )

@@ -470,8 +470,10 @@ def dataset_rows(
 
     Each row: ``data_source`` (the family: the entropace trainer's task key), ``agent_name``
     (``entropace_tool_agent`` or verl's ``tool_agent``), ``prompt`` (the tools interface's
-    system prompt and first observation), ``reward_model`` and ``extra_info.tools_kwargs``
-    (``{tool: {"create_kwargs": {"seed": ...}}}`` for every tool of the family).
+    system prompt and first observation), ``reward_model``, ``extra_info.tools_kwargs``
+    (``{tool: {"create_kwargs": {"seed": ...}}}`` for every tool of the family) and
+    ``extra_info.tool_selection`` (the family's tool names: verl 0.9.1 then renders and runs
+    only those, so one YAML can hold several families).
     """
     rows = []
     for family in families:
@@ -492,6 +494,7 @@ def dataset_rows(
                     "reward_model": {"style": "env", "ground_truth": str(info.get("gold", ""))},
                     "extra_info": {
                         "tools_kwargs": {name: {"create_kwargs": dict(create)} for name in names},
+                        "tool_selection": list(names),  # only this family's tools in the prompt
                         "entropace": {"env": family, "seed": int(seed), "profile": profile},
                         "split": split,
                     },
