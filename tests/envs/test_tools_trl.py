@@ -96,3 +96,61 @@ def test_bad_calls_are_tool_errors_and_rows_need_a_seed() -> None:
     assert ds[0]["prompt"][0]["content"] == make("db", interface="tools").system_prompt
     with pytest.raises(ValueError, match="environment_factory"):
         env_tool_reward([[]])
+
+
+def test_grpo_trainer_runs_the_tools_in_its_own_loop(tmp_path: Any, single_thread: None) -> None:
+    """One GRPO step with ``environment_factory``: TRL parses the scripted replies' calls (Qwen3's
+    template and response schema, as TRL ships them), runs our methods, appends the results and
+    regenerates; the kg oracle's final answer then scores 1 through :func:`env_tool_reward`."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+    from trl import chat_template_utils as templates
+
+    from entropace.envs.tools import format_tool_call
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations"))
+    import trl_run
+
+    model_dir = trl_run.tiny_model_dir(tmp_path / "tiny")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = templates.qwen3_chat_template
+    tok = templates.add_response_schema(tok)
+    trainer = GRPOTrainer(
+        model_dir,
+        reward_funcs=[env_tool_reward],
+        args=trl_run.grpo_args(
+            str(tmp_path / "run"),
+            max_steps=1,
+            max_completion_length=2048,
+            per_device_train_batch_size=2,
+            num_generations=2,
+        ),
+        processing_class=tok,
+        train_dataset=tool_dataset("kg", 4),
+        environment_factory=environment_factory("kg"),
+    )
+    suite = tool_suite("kg")
+
+    def scripted(input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        rows = []
+        for row in input_ids.tolist():
+            text = tok.decode(row)
+            env = next(e for e in trainer.environments if e._env.question.text in text)
+            step = text.count("<tool_response>")
+            call = suite.to_call(env._env.question.plan[step])
+            reply = call if isinstance(call, str) else format_tool_call(call)
+            rows.append(
+                row + tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            )
+        width = max(len(r) for r in rows)
+        return torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in rows])
+
+    trainer.model.generate = scripted
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    assert float(logs["tools/call_frequency"]) > 0 and float(logs["tools/failure_frequency"]) == 0
+    assert float(logs["rewards/env_tool_reward/mean"]) == 1.0
