@@ -26,6 +26,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'entropace[verl]')")
 
+import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap  # noqa: E402
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop  # noqa: E402
@@ -34,7 +35,7 @@ from verl.trainer.ppo.reward import get_custom_reward_fn  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-from entropace.envs import make, spec  # noqa: E402
+from entropace.envs import make, seeds, spec  # noqa: E402
 from entropace.envs.tools import parse_tool_calls, tool_oracle  # noqa: E402
 from entropace.integrations.verl import tools as vt  # noqa: E402
 from entropace.models.tiny import build_tiny_tokenizer  # noqa: E402
@@ -318,7 +319,11 @@ def test_tool_agent_loop_plays_the_oracle(
     tokenizer = build_tiny_tokenizer()
     tokenizer.chat_template = TOOLS_TEMPLATE
     seed = 1_000_002  # a test-split seed
-    (data,) = vt.dataset_rows([family], 1, split="test", offset=2)
+    # the rows as a parquet-backed dataset holds them: one schema for both families (the
+    # other family's tools_kwargs entries are None)
+    rows = datasets.Dataset.from_list(vt.dataset_rows(["db", "kg"], 1, split="test", offset=2))
+    (data,) = [r for r in rows if r["data_source"] == family]
+    assert None in data["extra_info"]["tools_kwargs"].values()
     row = {
         "raw_prompt": data["prompt"],
         "tools_kwargs": data["extra_info"]["tools_kwargs"],
@@ -415,3 +420,24 @@ def test_loop_closes_the_episode_when_the_model_stops_calling(
     assert len(sessions) == 1 and sessions[0] is not None and sessions[0].closed
     gc.collect()
     assert not vt._HANDLES
+
+
+def test_a_first_reply_without_a_call_still_reaches_the_environment(tmp_path: Path) -> None:
+    tokenizer = build_tiny_tokenizer()
+    rows = datasets.Dataset.from_list(vt.dataset_rows(["db", "kg"], 1, split="test"))
+    (data,) = [r for r in rows if r["data_source"] == "kg"]
+    row = {
+        "raw_prompt": data["prompt"],
+        "tools_kwargs": data["extra_info"]["tools_kwargs"],
+        "extra_info": data["extra_info"],
+    }
+    reply = "Final Answer: #0"
+    env = make("kg", interface="tools")
+    env.reset(seeds("test", 1)[0])
+    _obs, reward, terminated, _trunc, info = env.step(reply)
+    out, _ = _run_loop(
+        vt.EntropaceToolAgentLoop, tokenizer, _tools(tmp_path, ["db", "kg"]), [reply], row
+    )
+    assert out.reward_score == reward and out.extra_fields["entropace_turns"] == 1
+    assert out.extra_fields["entropace_done"] is terminated
+    assert out.extra_fields["entropace_parse_errors"] == int(info["parse_error"])

@@ -362,8 +362,12 @@ class EntropaceToolAgentLoop(ToolAgentLoop):
     def _family_tool(self, kwargs: Mapping[str, Any]) -> tuple[EntropaceTool, dict] | None:
         tools_kwargs = kwargs.get("tools_kwargs") or {}
         for name, tool in self.tools.items():
-            if isinstance(tool, EntropaceTool) and name in tools_kwargs:
-                return tool, dict(tools_kwargs[name].get("create_kwargs") or {})
+            # a parquet file of several families holds every family's tool names, None for
+            # the other families' tools
+            entry = tools_kwargs.get(name)
+            if isinstance(tool, EntropaceTool) and isinstance(entry, Mapping):
+                if isinstance(entry.get("create_kwargs"), Mapping):
+                    return tool, dict(entry["create_kwargs"])
         return None
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
