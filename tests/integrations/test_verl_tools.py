@@ -64,28 +64,6 @@ def _entropace_episode(family: str, seed: int, **options: Any) -> tuple[list[str
             return replies, observations, rewards
 
 
-def test_command_line_writes_the_yaml(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "t.yaml"
-    assert (
-        vt.main(
-            [
-                "--families",
-                "db,os",
-                "--out",
-                str(out),
-                "--options",
-                '{"os": {"shell": "persistent"}}',
-            ]
-        )
-        == 0
-    )
-    loaded = OmegaConf.to_container(OmegaConf.load(out))
-    assert loaded == vt.tool_config(["db", "os"], options={"os": {"shell": "persistent"}})
-    assert [e["config"]["env"] for e in loaded["tools"]] == ["db"] * 2 + ["os"] * 3
-    assert json.loads(loaded["tools"][2]["config"]["options"]) == {"shell": "persistent"}
-    assert "wrote 5 tools" in capsys.readouterr().out
-
-
 def test_loading_the_yaml_registers_the_agent_loop_in_a_fresh_process(tmp_path: Path) -> None:
     # verl's AgentLoopWorker loads the tool config in __init__, before it runs any loop
     path = vt.write_tool_config(["kg"], tmp_path / "tools.yaml")
