@@ -40,9 +40,11 @@ FAMILIES = ["db", "kg", "household", "shop", "reasoning"] + (
 )
 
 
-def _episode(family: str, seed: int) -> tuple[list[str], list[str], list[float]]:
+def _episode(
+    family: str, seed: int, profile: str = "default"
+) -> tuple[list[str], list[str], list[float]]:
     """(replies, observations, rewards) of the tools oracle through make(interface="tools")."""
-    env = make(family, interface="tools")
+    env = make(family, interface="tools", profile=profile)
     obs, _ = env.reset(seed)
     policy = tool_oracle(spec(family).oracle)(env)
     replies, observations, rewards = [], [obs], []
@@ -55,18 +57,21 @@ def _episode(family: str, seed: int) -> tuple[list[str], list[str], list[float]]
             return replies, observations, rewards
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_methods_carry_the_schemas_and_play_like_entropace(family: str) -> None:
-    cls = tt.tool_environment(family)
+@pytest.mark.parametrize(
+    ("family", "profile"),
+    [(f, "default") for f in FAMILIES] + [(f, "agentbench") for f in ("db", "os") if f in FAMILIES],
+)
+def test_methods_carry_the_schemas_and_play_like_entropace(family: str, profile: str) -> None:
+    cls = tt.tool_environment(family, profile=profile)
     env = cls()
-    schemas = make(family, interface="tools").tools
+    schemas = make(family, interface="tools", profile=profile).tools
     for schema in schemas:
         got = get_json_schema(getattr(env, schema["function"]["name"]))["function"]
         want = json.loads(json.dumps(schema["function"]))
         want["parameters"].pop("additionalProperties")
         assert {k: got[k] for k in ("name", "description", "parameters")} == want
     seed = 5
-    replies, observations, rewards = _episode(family, seed)
+    replies, observations, rewards = _episode(family, seed, profile)
     assert env.reset(seed=seed, task=family) == observations[0]
     got_obs = []
     for reply in replies:
