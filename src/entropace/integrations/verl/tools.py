@@ -21,7 +21,7 @@ Lifecycles (both supported):
   down).
 * ``ToolAgentLoop`` 0.9.1 calls ``create`` / ``execute`` / ``release`` around *every* call and
   passes its per-trajectory ``agent_data`` to ``execute``. The episode is then keyed by that
-  ``agent_data`` (a weak reference: nothing is added to verl's object), shared by the
+  ``agent_data`` (through a weak reference, no attribute is added to it), shared by the
   family's tools, closed when it ends (terminated or truncated) and otherwise when the
   trajectory's ``agent_data`` is garbage-collected. Each call also writes the episode's
   ``entropace_reward``, ``entropace_success``, ``entropace_turns``, ``entropace_parse_errors``
@@ -29,8 +29,8 @@ Lifecycles (both supported):
   function as ``extra_info`` (:func:`compute_score` returns them).
 
 :class:`EntropaceToolAgentLoop` (agent name ``entropace_tool_agent``) is ``ToolAgentLoop``
-with the episode's end made explicit: a final reply without a tool call goes to the
-environment (kg's ``Final Answer: #N`` is not a tool in AgentBench FC), ``reward_score`` is the
+with the episode's end made explicit: it stops after the call that ends the episode (whose
+observation is not appended), a final reply without a tool call goes to the environment (kg's ``Final Answer: #N`` is not a tool in AgentBench FC), ``reward_score`` is the
 episode return (verl then skips its reward function), ``entropace_success`` is set for the
 entropace trainer, and the environment is closed before the loop returns.
 
