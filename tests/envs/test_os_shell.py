@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from entropace.envs import DIFFICULTIES, make, seeds, spec
 from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate, run_episode
-from entropace.envs.os import OsEnv
+from entropace.envs.os import OsEnv, procs
 from entropace.envs.os.actions import Done, observation_output, parse_action
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
 from entropace.envs.os.session import ShellSession
@@ -63,12 +63,13 @@ def _footprint(s: ShellSession) -> tuple[str, str, int]:
     return os.readlink(f"/proc/{s.init_pid}/ns/pid"), s.tag, s.bwrap_pid
 
 
-def _leftovers(ns: str, tag: str, bwrap: int) -> list[str]:
+def _leftovers(ns: str, tag: str, bwrap: int, exclude: frozenset[int] = frozenset()) -> list[str]:
     """Host processes still in the namespace ``ns``, or whose command line names ``tag``, or
-    the bwrap process itself (not yet reaped)."""
+    the bwrap process itself (not yet reaped); PIDs in ``exclude`` (a newer session's: the
+    kernel reuses a freed namespace's inode number at once) do not count."""
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or int(name) in exclude:
             continue
         try:
             link = os.readlink(f"/proc/{name}/ns/pid")
@@ -298,7 +299,7 @@ def test_refused_commands() -> None:
     env.close()
 
 
-@pytest.mark.parametrize("difficulty", DIFFICULTIES)
+@pytest.mark.parametrize("difficulty", ["easy", "hard"])  # the shell is the same on medium
 def test_check_env_hostile_persistent(difficulty: str) -> None:
     env = make("os", difficulty=difficulty, shell="persistent", command_timeout=LIMIT_S)
     nasty = (
@@ -330,11 +331,16 @@ def _start(env: OsEnv | object, seed: int = 0) -> tuple[str, str, int]:
     return _footprint(session)
 
 
-def _assert_gone(footprint: tuple[str, str, int]) -> None:
-    deadline = time.monotonic() + 5
-    while _leftovers(*footprint) and time.monotonic() < deadline:
+def _assert_gone(footprint: tuple[str, str, int], newer: ShellSession | None = None) -> None:
+    # the sandbox's init is killed first and reaped by bwrap, which the session reaps: gone
+    # at once, zombies included; the grace is for a loaded machine
+    exclude = frozenset()
+    if newer is not None:
+        exclude = frozenset({newer.bwrap_pid, *(k.pid for k in procs.descendants(newer.bwrap_pid))})
+    deadline = time.monotonic() + 2
+    while _leftovers(*footprint, exclude) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _leftovers(*footprint) == []
+    assert _leftovers(*footprint, exclude) == []
 
 
 def test_nothing_is_left_after_close_end_reset_exception_and_gc() -> None:
@@ -349,7 +355,7 @@ def test_nothing_is_left_after_close_end_reset_exception_and_gc() -> None:
     _assert_gone(fp)
     fp = _start(env)
     env.reset(1)  # a new episode ends the old sandbox
-    _assert_gone(fp)
+    _assert_gone(fp, newer=env.session)
     env.close()
     short = make("os", shell="persistent", max_turns=5)
     fp = _start(short)  # four steps
@@ -405,7 +411,7 @@ def test_oracle_solves_every_persistent_kind(difficulty: str) -> None:
 @pytest.mark.parametrize("difficulty", DIFFICULTIES)
 def test_oracle_solves_the_fresh_kinds_in_the_persistent_shell(difficulty: str) -> None:
     rate = oracle_success_rate(
-        "os", seeds("train", 12), difficulty=difficulty, shell="persistent",
+        "os", seeds("train", 8), difficulty=difficulty, shell="persistent",
         kinds=BY_DIFFICULTY[difficulty],
     )  # fmt: skip
     assert rate == 1.0
@@ -490,7 +496,7 @@ def test_instances_are_deterministic() -> None:
     for difficulty in DIFFICULTIES:
         a = make("os", difficulty=difficulty, shell="persistent", kinds=SHELL_KINDS[difficulty])
         b = make("os", difficulty=difficulty, shell="persistent", kinds=SHELL_KINDS[difficulty])
-        for seed in (0, 1, 2, 1_000_007):
+        for seed in (0, 1_000_007):
             ra, rb = a.reset(seed), b.reset(seed)
             assert ra == rb and a.initial_state == b.initial_state
             if a.task.kind == "service_pid":

@@ -121,7 +121,8 @@ class ShellSession:
         self._ctl, self._rep = launched.ctl, launched.rep
         self._cmd, self._out, self._mark = launched.cmd, launched.out, launched.mark
         self._fds = [self._ctl, self._rep, self._cmd, self._out, self._mark]
-        self._finalizer = weakref.finalize(self, teardown, self._proc, self._fds)
+        self._init: list[procs.ProcKey] = []  # filled once known; read by the finalizer
+        self._finalizer = weakref.finalize(self, teardown, self._proc, self._fds, self._init)
         self._rep_buf = b""
         self._mark_buf = b""
         self.init_pid: int | None = None
@@ -186,6 +187,9 @@ class ShellSession:
             raise SessionError(f"unexpected answer from the sandbox: {fields!r}")
         if self.init_pid is None:
             self.init_pid = self._find_init()
+            key = procs.proc_key(self.init_pid)
+            if key is not None:
+                self._init.append(key)
         inner = int(fields[0])
         for key in procs.descendants(self.init_pid):
             if procs.inner_pid(key.pid) == inner:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from entropace.envs.os.procs import ProcKey, kill_process
 from entropace.envs.os.sandbox import Sandbox, _memfd
 
 __all__ = ["Launched", "SessionError", "launch", "teardown"]
@@ -165,9 +166,20 @@ def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
     return Launched(proc, ctl_w, rep_r, cmd_w, out_r, mark_r)
 
 
-def teardown(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
-    """Kill bwrap's process group (the sandbox dies with it: ``--die-with-parent``, and its
-    PID namespace ends with its init), reap bwrap, close the host's fds. Idempotent."""
+def teardown(proc: subprocess.Popen[bytes], fds: list[int], init: list[ProcKey]) -> None:
+    """End the sandbox, reap bwrap, close the host's fds. Idempotent.
+
+    The sandbox's init (``init``: [its key] once known) is killed first: the kernel then
+    kills every process of its PID namespace, bwrap (its parent) reaps it and exits, and this
+    reaps bwrap, so nothing is left, not even a zombie for the host's init to collect. Then
+    (or when the init is not known) bwrap's process group is killed: ``--die-with-parent``
+    ends the sandbox with it."""
+    for key in init:
+        kill_process(key)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - bwrap did not notice
+            pass
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
