@@ -13,6 +13,7 @@ with ``shell="persistent"`` the episode has one long-lived bash in one sandbox
 from __future__ import annotations
 
 import random
+import tarfile
 from typing import Any
 
 from entropace.envs.base import EnvError, Policy, action_too_long, check_difficulty
@@ -219,14 +220,15 @@ class OsEnv:
             ok, reason = self._verify(None)
         else:
             assert task.check is not None
-            if self.session is not None:
-                try:
+            try:
+                if self.session is not None:
                     self.state = self.session.dump()
-                except SessionError as exc:
-                    self.close()
-                    obs = f"The goal is not reached: the sandbox failed ({exc})."
-                    return obs, 0.0, True, False, {"success": False, "parse_error": False}
-            ok, reason = task.check(read_tree(self.state))
+                tree = read_tree(self.state)
+            except (SessionError, tarfile.TarError) as exc:
+                self.close()
+                obs = f"The goal is not reached: the sandbox failed ({exc})."
+                return obs, 0.0, True, False, {"success": False, "parse_error": False}
+            ok, reason = task.check(tree)
         self.close()
         obs = "The goal is reached." if ok else f"The goal is not reached: {reason}."
         return obs, float(ok), True, False, {"success": ok, "parse_error": False}
@@ -303,7 +305,7 @@ class OsEnv:
         assert self.task is not None and self.task.verify is not None
         try:
             state = self.final_state()
-        except (SessionError, OSError, ValueError) as exc:  # tar errors are ValueErrors too
+        except (SessionError, OSError, ValueError, tarfile.TarError) as exc:
             return False, f"the sandbox's final state could not be read ({exc})"
         return self.task.verify(state, answer)
 
