@@ -97,6 +97,27 @@ def _mounts() -> str:
         return f.read()
 
 
+# ----------------------------------------------------------------------------- /proc
+
+
+def test_proc_keys_guard_against_reused_pids() -> None:
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        key = procs.proc_key(child.pid)
+        assert key is not None and key.pid == child.pid
+        assert key in procs.descendants(os.getpid())
+        stale = procs.ProcKey(child.pid, key.start - 1)  # "the same PID, another process"
+        assert procs.kill_process(stale) is False and child.poll() is None
+        assert procs.kill_process(key) is True
+        assert child.wait(timeout=5) == -signal.SIGKILL
+        assert procs.kill_process(key) is False  # gone
+    finally:
+        child.kill()
+        child.wait()
+
+
 # ----------------------------------------------------------------------------- persistence
 
 
