@@ -291,9 +291,13 @@ def test_one_training_step_through_tools(tmp_path: Any, single_thread: None) -> 
     from entropace.cli import main
 
     run = tmp_path / "run"
+    preset = tmp_path / "preset.yaml"  # the dataclass defaults, whatever the shipped presets say
+    preset.write_text("seed: 0\n")
     code = main(
         [
             "train",
+            "--preset",
+            str(preset),
             "model=tiny",
             "tasks=kg,household",
             "tasks.profile=agentbench",
