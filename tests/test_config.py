@@ -341,6 +341,15 @@ def test_a_preset_options_for_deselected_tasks_do_not_apply() -> None:
     # quick has options for reasoning; choosing other tasks must not trip over them
     assert cfg("tasks=db,kg", preset="quick").tasks.options == {}
     kept = cfg("tasks=db,reasoning", preset="quick").tasks.options
-    assert kept == {"reasoning": {"datasets": "basic_arithmetic,chain_sum"}}
+    assert kept == {"reasoning": cfg(preset="quick").tasks.options["reasoning"]}
     with pytest.raises(ConfigError, match="tasks.options: 'kg' is not allowed"):
         cfg("tasks=db", "tasks.options={kg: {}}", preset="quick")
+
+
+def test_a_preset_mix_for_deselected_tasks_does_not_apply(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("tasks: {names: [db, kg], mix: {kg: 3, db: 0.5}}\n")
+    assert load_config(preset, ["tasks=db,reasoning"]).tasks.mix == {"db": 0.5}
+    assert load_config(preset, []).tasks.mix == {"kg": 3, "db": 0.5}
+    with pytest.raises(ConfigError, match="tasks.mix: 'kg' is not allowed"):
+        load_config(preset, ["tasks=db", "tasks.mix={kg: 2}"])

@@ -400,6 +400,10 @@ def _algorithm_name(data: dict[str, Any]) -> str | None:
     return name
 
 
+#: The ``tasks`` keys that hold one entry per task name.
+PER_TASK_KEYS: tuple[str, ...] = ("options", "mix")
+
+
 def resolve(
     preset: dict[str, Any], overrides: dict[str, Any] | None = None, *, check_envs: bool = True
 ) -> TrainConfig:
@@ -420,12 +424,14 @@ def resolve(
         and "names" in cli_tasks
         and isinstance(preset.get("tasks"), dict)
     ):
-        # the preset's per-task options for tasks the command line deselected do not apply
+        # the preset's per-task settings (options, mix weights) for tasks the command line
+        # deselected do not apply
         names = cli_tasks["names"] if isinstance(cli_tasks["names"], list) else []
-        options = preset["tasks"].get("options")
-        if isinstance(options, dict):
-            kept = {k: v for k, v in options.items() if k in names}
-            preset = {**preset, "tasks": {**preset["tasks"], "options": kept}}
+        tasks = dict(preset["tasks"])
+        for key in PER_TASK_KEYS:
+            if isinstance(tasks.get(key), dict):
+                tasks[key] = {k: v for k, v in tasks[key].items() if k in names}
+        preset = {**preset, "tasks": tasks}
     merged = merge(merge(recipe, preset), overrides)
     return validate(build_dataclass(TrainConfig, merged), check_envs=check_envs)
 
