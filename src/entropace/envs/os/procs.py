@@ -22,11 +22,13 @@ __all__ = [
     "ProcKey",
     "ProcessInfo",
     "children",
+    "cmdline",
     "descendants",
     "kill_process",
     "list_processes",
     "proc_key",
     "signals_pending",
+    "state",
 ]
 
 
@@ -72,6 +74,21 @@ def proc_key(pid: int) -> ProcKey | None:
     if fields is None or len(fields) < 20:
         return None
     return ProcKey(pid, int(fields[19]))  # field 22 of stat: starttime
+
+
+def state(pid: int) -> str | None:
+    """The one-letter state of host process ``pid`` (``R``, ``S``, ``Z``, ...); None if gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def cmdline(pid: int) -> bytes:
+    """The raw ``/proc/<pid>/cmdline`` of host process ``pid`` (b"" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def children(pid: int) -> list[int]:

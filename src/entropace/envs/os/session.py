@@ -6,41 +6,29 @@ Layout (host pipes in brackets)::
     host ──[cmd]──▶ agent shell (bash, child of the supervisor) ──[out]──▶ host
                                                                └─[mark]──▶ host
 
-* The **sandbox** is the one the fresh mode uses (:meth:`Sandbox.bwrap_argv`: every namespace
-  unshared, no network, read-only ``/usr``, capped tmpfs), started with ``--as-pid-1``: the
-  supervisor is the PID namespace's init. The kernel drops every signal sent to an init from
-  inside its namespace unless it handles it, and the supervisor ignores the ones bash would
-  handle, so no command (``kill -9 -1``, ``kill -9 1``) can end it, and the sandbox (its files
-  in ``/work`` and ``/tmp``, its writable ``/etc``) lasts until the host ends it.
-* The supervisor unpacks the initial tar (``work/``, ``etc/passwd``, ``etc/group``), starts the
-  **agent shell** on request (again after the shell died), and at the end writes the final
-  tar. It forks only for those; it lists and kills nothing itself.
-* Each command goes to the agent shell's stdin as one line (:func:`_command_line`), in
-  essence::
-
-      eval -- '<command, shell-quoted>' </dev/null >&7 2>&7; printf '%s %s\\n' TAG "$?" >&6
-
-  after a parse check in a subshell (text that does not parse never reaches the shell: bash
-  5.2's ``eval`` of unbalanced input can corrupt it). So the command runs in that shell (``cd``, variables, functions, background jobs persist), reads
-  ``/dev/null`` (a command cannot eat the next one), writes to the output pipe through fd 7
-  (``exec >&-`` in a command lasts only for that command), and the **end marker** with the
-  exit status goes to its own pipe, tagged with a fresh random ``TAG`` (128 bits) per command:
-  printing a marker (or anything) on stdout cannot end a command early, and a marker with
-  another tag is ignored.
+* The **sandbox** is the fresh mode's, started by :mod:`entropace.envs.os.supervisor` with a
+  bash **supervisor** as its PID 1, which no command can signal (the kernel drops signals to
+  a namespace's init that it does not handle), so the sandbox and its files (``/work``,
+  ``/tmp``, a writable ``/etc``) last until the host ends it. The supervisor starts the agent
+  shell on request and writes the final tar; it lists and kills nothing itself.
+* Each command is one line on the shell's stdin
+  (:func:`~entropace.envs.os.supervisor.command_line`): parsed in a subshell first, then
+  ``eval``-ed in the shell itself (``cd``, variables, functions, background jobs persist),
+  stdin ``/dev/null``, output to the output pipe, and an **end marker** with the exit status
+  on its own pipe, tagged with 128 fresh random bits: printing anything cannot end a command
+  early.
 * The **host** does all process control from ``/proc`` (:mod:`entropace.envs.os.procs`),
-  which nothing in the sandbox can influence: before a command it records the sandbox's
-  processes; at the time limit it SIGKILLs every process started since that is still a
-  descendant of the shell (the command's own process groups; background jobs of earlier
-  commands and daemons that detached to the init survive), and if the shell itself does not
-  come back within a grace period (a shell-builtin loop, ``exec sleep``), it kills the shell
-  and starts a new one. A shell that exits (``exit``, ``kill -9 $$``) is noticed through a
-  pidfd and replaced at once. The observation says what happened in each case.
-* A command that leaves the sandbox at its process limit (a fork bomb in the background) gets
-  every process it started killed, so nothing runs away between turns.
+  which nothing in the sandbox can influence: at the time limit it SIGKILLs the processes
+  started since the command began that still descend from the shell (background jobs of
+  earlier commands and detached daemons survive) and interrupts a ``wait``; a shell that does
+  not come back within :data:`GRACE_S` (a builtin loop, ``exec sleep``) is killed and
+  replaced; one that exits (``exit``, ``kill -9 $$``) is noticed through a pidfd and replaced
+  at once; a command past the output cap is killed; a fork bomb left in the background is
+  killed (:meth:`ShellSession._swarm`). The observation's note says what happened.
 * **Teardown** (:meth:`ShellSession.close`, the end of the episode, ``reset``, garbage
-  collection, interpreter exit, via :func:`weakref.finalize`): SIGKILL of bwrap's process
-  group; with ``--die-with-parent`` and the PID namespace gone, nothing of the sandbox survives,
-  and nothing was ever written to the host's disk (memfds and tmpfs only).
+  collection, interpreter exit, via :func:`weakref.finalize`,
+  :func:`~entropace.envs.os.supervisor.teardown`): nothing of the sandbox survives, and
+  nothing was ever written to the host's disk (memfds and tmpfs only).
 """
 
 from __future__ import annotations
@@ -48,7 +36,6 @@ from __future__ import annotations
 import os
 import secrets
 import selectors
-import shlex
 import signal
 import time
 import weakref
@@ -56,7 +43,7 @@ from dataclasses import dataclass
 
 from entropace.envs.os import procs
 from entropace.envs.os.sandbox import Sandbox
-from entropace.envs.os.supervisor import SessionError, launch, teardown
+from entropace.envs.os.supervisor import SessionError, command_line, launch, teardown
 
 __all__ = ["SessionError", "ShellResult", "ShellSession"]
 
@@ -205,7 +192,7 @@ class ShellSession:
         if procs.proc_key(self.shell.pid) != self.shell:
             raise SessionError("the new shell exited at once")
         deadline = time.monotonic() + SUPERVISOR_S  # until the subshell has exec'd bash
-        while _cmdline(self.shell.pid) != _SHELL_ARGV:
+        while procs.cmdline(self.shell.pid) != _SHELL_ARGV:
             if time.monotonic() > deadline or _wait_readable(self._shell_fd, 0.001):
                 raise SessionError("the new shell did not start")
         self.shell_starts += 1
@@ -235,7 +222,7 @@ class ShellSession:
                         if key is not None and key not in before:
                             found.append(key)
                             stack.append(child)
-            alive = [k for k in found if k != self.shell and _state(k.pid) not in _DEAD]
+            alive = [k for k in found if k != self.shell and procs.state(k.pid) not in _DEAD]
             if not alive:
                 quiet += 1
                 if quiet >= 2:
@@ -251,7 +238,7 @@ class ShellSession:
         is left (zombies wait for the supervisor to reap them)."""
         assert self.init_pid is not None
         for _ in range(500):
-            alive = [k for k in procs.descendants(self.init_pid) if _state(k.pid) not in _DEAD]
+            alive = [k for k in procs.descendants(self.init_pid) if procs.state(k.pid) not in _DEAD]
             if not alive:
                 return
             for key in alive:
@@ -301,7 +288,7 @@ class ShellSession:
         crowded = self._crowded()
         before = self._snapshot()
         tag = secrets.token_hex(16)
-        line = _command_line(command, tag).encode("utf-8", "surrogateescape")
+        line = command_line(command, tag).encode("utf-8", "surrogateescape")
         out = bytearray()
         total = 0
         exit_code: int | None = None
@@ -522,51 +509,9 @@ class ShellSession:
         return self._proc.pid
 
 
-def _command_line(command: str, tag: str) -> str:
-    """The line that runs ``command`` in the shell and reports its status with ``tag``.
-
-    * fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
-      redirections, so no function a command defines (``:``, ``true``) runs here;
-    * the USR2 trap (a comment: it does nothing) lets the host interrupt a ``wait`` builtin;
-    * the command is first **parsed in a subshell** (as the body of a function that is never
-      called): bash 5.2's ``eval`` of unbalanced input (``echo "$(``) can corrupt the shell's
-      own parser or heap (``free(): invalid next size``), so text that does not parse never
-      reaches the long-lived shell; the subshell's error message is the observation. (One
-      difference from plain ``eval``: an unterminated here-document is an error here.)
-    """
-    check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
-    return (
-        "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
-        "trap '#' USR2; "
-        f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
-        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
-        "else __entropace_rc=2; fi; "
-        "{ >&6; } 2>/dev/null || exec 6>&8; "
-        f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
-    )
-
-
 def _wait_readable(fd: int | None, timeout: float) -> bool:
     if fd is None:
         return False
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         return bool(sel.select(max(0.0, timeout)))
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    end = raw.rfind(b")")
-    return raw[end + 2 : end + 3].decode("ascii", "replace") if end >= 0 else None

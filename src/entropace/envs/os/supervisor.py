@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from entropace.envs.os.procs import ProcKey, kill_process
 from entropace.envs.os.sandbox import Sandbox, _memfd
 
-__all__ = ["Launched", "SessionError", "launch", "teardown"]
+__all__ = ["Launched", "SessionError", "command_line", "launch", "teardown"]
 
 SUPERVISOR = r"""
 exec 9<&-
@@ -164,6 +165,30 @@ def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
     for fd in (rep_r, out_r, mark_r, cmd_w):
         os.set_blocking(fd, False)
     return Launched(proc, ctl_w, rep_r, cmd_w, out_r, mark_r)
+
+
+def command_line(command: str, tag: str) -> str:
+    """The line that runs ``command`` in the shell and reports its status with ``tag``.
+
+    * fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
+      redirections, so no function a command defines (``:``, ``true``) runs here;
+    * the USR2 trap (a comment: it does nothing) lets the host interrupt a ``wait`` builtin;
+    * the command is first **parsed in a subshell** (as the body of a function that is never
+      called): bash 5.2's ``eval`` of unbalanced input (``echo "$(``) can corrupt the shell's
+      own parser or heap (``free(): invalid next size``), so text that does not parse never
+      reaches the long-lived shell; the subshell's error message is the observation. (One
+      difference from plain ``eval``: an unterminated here-document is an error here.)
+    """
+    check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
+    return (
+        "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
+        "trap '#' USR2; "
+        f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
+        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
+        "else __entropace_rc=2; fi; "
+        "{ >&6; } 2>/dev/null || exec 6>&8; "
+        f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
+    )
 
 
 def teardown(proc: subprocess.Popen[bytes], fds: list[int], init: list[ProcKey]) -> None:
