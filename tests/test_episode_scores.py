@@ -94,3 +94,35 @@ def test_kg_episodes_report_f1_in_the_rollout(tiny_model_and_tokenizer) -> None:
     batch = collect_rollouts(model, tok, requests, cfg, task_names=["kg"], seed=0).batch
     assert all(r.scores == {"f1": 0.0} for r in batch.episodes)  # random text never answers
     assert task_scores(batch.episodes) == {"task/kg/f1": 0.0}
+
+
+def test_task_error_rates_hand_worked() -> None:
+    from entropace.rollout.types import RolloutResult
+
+    counts = {
+        "db": {"turns": 4, "parse_errors": 3, "tool_errors": 2},
+        "kg": {"turns": 0, "parse_errors": 0, "tool_errors": 0},  # no step: rates 0, not NaN
+    }
+    result = RolloutResult(batch=None, timings={}, counts={}, task_counts=counts)  # type: ignore[arg-type]
+    assert result.task_error_rates() == {
+        "task/db/parse_errors": 0.75,
+        "task/db/tool_errors": 0.5,
+        "task/kg/parse_errors": 0.0,
+        "task/kg/tool_errors": 0.0,
+    }
+
+
+def test_tool_errors_of_random_text_reach_the_rates(tiny_model_and_tokenizer) -> None:
+    from entropace.envs import make
+
+    model, tok = tiny_model_and_tokenizer
+    requests = [
+        RolloutRequest("db", lambda: make("db", interface="tools", max_turns=2), s, s)
+        for s in range(2)
+    ]
+    cfg = RolloutConfig(max_new_tokens_per_turn=8, max_episode_tokens=2400, temperature=1.0)
+    result = collect_rollouts(model, tok, requests, cfg, task_names=["db"], seed=0)
+    c = result.task_counts["db"]
+    # random 8-token text never holds a tool call: every step is a `no_call` tool error
+    assert c["turns"] > 0 and c["tool_errors"] == c["parse_errors"] == c["turns"]
+    assert result.task_error_rates() == {"task/db/parse_errors": 1.0, "task/db/tool_errors": 1.0}

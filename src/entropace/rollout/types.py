@@ -60,3 +60,14 @@ class RolloutResult:
     counts: dict[str, int]
     task_counts: dict[str, dict[str, int]]
     generate_batch_sizes: list[int] = field(default_factory=list)
+
+    def task_error_rates(self) -> dict[str, float]:
+        """``task/<k>/parse_errors`` and ``task/<k>/tool_errors``: the fraction of the task's
+        environment steps (turns) with a parse error / a tool error (0 for a task without
+        steps)."""
+        out: dict[str, float] = {}
+        for task, c in sorted(self.task_counts.items()):
+            turns = max(c.get("turns", 0), 1)
+            out[f"task/{task}/parse_errors"] = c.get("parse_errors", 0) / turns
+            out[f"task/{task}/tool_errors"] = c.get("tool_errors", 0) / turns
+        return out

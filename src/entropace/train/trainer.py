@@ -463,6 +463,7 @@ def train(
                 generator = torch.Generator().manual_seed(seed)
                 metrics = update_step(learner, batch, generator=generator)
                 metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
+                metrics.update(rollout.task_error_rates())
                 if audit is not None:
                     metrics.update(audit.finish(model))
                     metrics["time/audit"] = audit.seconds
