@@ -22,6 +22,16 @@ SUBCOMMANDS: tuple[str, ...] = (
 )
 
 
+def shipped_presets() -> str:
+    """The shipped preset names, comma-separated, for ``--preset`` help texts (no heavy import:
+    the same files :func:`entropace.train.config.preset_names` lists)."""
+    from importlib.resources import files
+
+    names = sorted(f.name[:-5] for f in files("entropace").joinpath("configs").iterdir()
+                   if f.name.endswith(".yaml"))  # fmt: skip
+    return ", ".join(names)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="entropace",

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from entropace.cli import shipped_presets
+
 EPILOG = """\
 examples:
   entropace compare --preset quick --algos grpo,eppo,eppo-success --seeds 5 steps=50 --out cmp/
@@ -50,7 +52,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
-    p.add_argument("--preset", default=None, help="a shipped preset (quick, paper) or a YAML file")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help=f"a shipped preset ({shipped_presets()}) or a YAML file",
+    )
     p.add_argument("--algos", type=_algos, default=None, metavar="A,B,...", help="algorithms")
     p.add_argument(
         "--seeds", type=_positive, default=3, metavar="N",

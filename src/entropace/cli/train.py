@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from entropace.cli import shipped_presets
+
 EPILOG = """\
 examples:
   entropace train --preset quick
@@ -30,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--preset",
         default="quick",
-        help="a shipped preset (quick, paper) or a YAML file (default: quick)",
+        help=f"a shipped preset ({shipped_presets()}) or a YAML file (default: quick)",
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     p.add_argument("--run-dir", type=Path, default=None, help="default: runs/<algo>-<time>")

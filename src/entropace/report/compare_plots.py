@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +13,18 @@ from entropace.report.runs import RunData
 from entropace.report.stats import t_quantile
 
 __all__ = ["band", "draw_band_figure"]
+
+
+def algorithm_colours(algos: list[str]) -> dict[str, Any]:
+    """A distinct colour per algorithm: matplotlib's 10-colour cycle, then ``tab20``'s light
+    shades (so an 11th algorithm never repeats the first one's colour)."""
+    import matplotlib
+
+    if len(algos) <= 10:
+        return {a: f"C{i}" for i, a in enumerate(algos)}
+    cmap = matplotlib.colormaps["tab20"]
+    order = [2 * i for i in range(10)] + [2 * i + 1 for i in range(10)]
+    return {a: cmap(order[i % 20]) for i, a in enumerate(algos)}
 
 
 def band(
@@ -58,7 +71,7 @@ def draw_band_figure(
     }
     if not any(b is not None for per in curves.values() for b in per.values()):
         return False
-    colours = {a: f"C{i % 10}" for i, a in enumerate(data)}
+    colours = algorithm_colours(list(data))
     ncols = min(3, len(tasks))
     nrows = -(-len(tasks) // ncols)
     fig = Figure(figsize=(5.0 * ncols, 3.4 * nrows), dpi=100)
