@@ -291,6 +291,11 @@ def test_binary_and_huge_output(session: ShellSession) -> None:
     assert r.exit_code == 137 and len(r.output) == cap and r.output_total > cap
     assert r.output[:4] == b"y\ny\n" and "more than the 1048576 bytes of output" in r.note
     assert session.run("echo ok").output == b"ok\n"
+    session.run("yes &")  # an earlier command's job floods the shared output pipe: with
+    r = session.run("sleep 0.3; echo mine")  # background jobs around, nothing is killed
+    assert (r.exit_code, r.timed_out, len(r.output)) == (0, False, cap)
+    assert r.note == f"output past the first {cap} bytes was not kept"
+    assert session.run("kill %1").exit_code == 0
 
 
 def test_fork_bomb_is_bounded_and_cleared(session: ShellSession) -> None:
@@ -406,7 +411,11 @@ def test_a_dead_sandbox_is_replaced() -> None:
     env = make("os", shell="persistent", kinds=("create_file",))
     env.reset(0)
     env.step("bash: echo x > mine.txt")
+    init = env.session.init_pid
     os.killpg(env.session.bwrap_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 3  # --die-with-parent ends the sandbox, asynchronously
+    while procs.state(init) not in (None, "Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.01)
     obs, *_, info = env.step("bash: ls mine.txt")
     assert obs.startswith("[the sandbox stopped (") and info["restarted"]
     obs, *_ = env.step("bash: ls mine.txt; echo $?")

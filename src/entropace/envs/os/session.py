@@ -292,7 +292,7 @@ class ShellSession:
         out = bytearray()
         total = 0
         exit_code: int | None = None
-        timed_out = flooded = False
+        timed_out = flooded = flood_killed = False
         outcome = "hung"  # or "done" (its marker came) or "died" (the shell exited)
         deadline = start + lim.timeout_s
         pending = memoryview(line)
@@ -305,11 +305,13 @@ class ShellSession:
             while outcome == "hung":
                 now = time.monotonic()
                 if total > lim.output_bytes and not flooded:  # like ENOSPC in the fresh mode
-                    flooded = True
-                    self._kill_new(before, everywhere=False)
-                    deadline = min(deadline, now + GRACE_S)
+                    flooded = True  # killed only when no earlier job can be the writer
+                    alone = all(k == self.shell for k in before)
+                    if alone and self._kill_new(before, everywhere=False):
+                        flood_killed = True
+                        deadline = min(deadline, now + GRACE_S)
                 if now >= deadline:
-                    if timed_out or flooded:
+                    if timed_out or flood_killed:
                         break  # no marker within the grace period either
                     timed_out = True
                     self._kill_new(before, everywhere=False)
@@ -347,10 +349,12 @@ class ShellSession:
                 f"killed after the {lim.timeout_s:g} s time limit; the shell did not recover "
                 f"and was restarted{_RESET}"
             )
-        elif flooded:
+        elif flood_killed:
             note = f"killed: it wrote more than the {lim.output_bytes} bytes of output allowed"
         elif timed_out:
             note = f"killed after the {lim.timeout_s:g} s time limit"
+        elif flooded:  # background jobs share the output pipe: the writer is not known
+            note = f"output past the first {lim.output_bytes} bytes was not kept"
         if crowded:
             note = (note + "; " if note else "") + (
                 f"before it ran, the sandbox held half its limit of {lim.max_processes} "

@@ -176,8 +176,9 @@ def command_line(command: str, tag: str) -> str:
     * the command is first **parsed in a subshell** (as the body of a function that is never
       called): bash 5.2's ``eval`` of unbalanced input (``echo "$(``) can corrupt the shell's
       own parser or heap (``free(): invalid next size``), so text that does not parse never
-      reaches the long-lived shell; the subshell's error message is the observation. (One
-      difference from plain ``eval``: an unterminated here-document is an error here.)
+      reaches the long-lived shell; the subshell's error message is the observation and its
+      status (2, or 137 if it was killed) the command's. (One difference from plain
+      ``eval``: an unterminated here-document is an error here.)
     """
     check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
     return (
@@ -185,7 +186,8 @@ def command_line(command: str, tag: str) -> str:
         "trap '#' USR2; "
         f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
         f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
-        "else __entropace_rc=2; fi; "
+        "else __entropace_rc=$?; case $__entropace_rc in 137) ;; *) __entropace_rc=2 ;; esac; "
+        "fi; "
         "{ >&6; } 2>/dev/null || exec 6>&8; "
         f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
     )
