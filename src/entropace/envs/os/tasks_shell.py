@@ -34,15 +34,14 @@ import random
 import shlex
 
 from entropace.envs.os.procs import ProcessInfo
+from entropace.envs.os.sandbox import _GROUP, _PASSWD
 from entropace.envs.os.tasks import SystemState, Task, TaskFn
 from entropace.envs.os.tree import LEVELS, USERS, WORDS, Tree
 
 __all__ = ["DEFAULT_ETC", "SHELL_KINDS", "SHELL_TASKS"]
 
-DEFAULT_ETC: dict[str, bytes] = {
-    "passwd": b"root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:1000:1000:user:/work:/bin/bash\n",
-    "group": b"root:x:0:\nuser:x:1000:\n",
-}
+#: ``/etc`` of the persistent sandbox for kinds without their own: the fresh sandbox's files.
+DEFAULT_ETC: dict[str, bytes] = {"passwd": _PASSWD, "group": _GROUP}
 
 
 SHELL_TASKS: dict[str, TaskFn] = {}
