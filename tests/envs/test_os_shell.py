@@ -577,3 +577,17 @@ def test_direct_entry_points_for_the_tool_interface() -> None:
     env.step_bash(env.task.commands[0])
     obs, reward, terminated, *_ = env.step_done()
     assert (obs, reward, terminated) == ("The goal is reached.", 1.0, True)
+
+
+@pytest.mark.parametrize("shell", ["fresh", "persistent"])
+def test_text_that_is_not_utf8_is_a_parse_error_not_a_crash(shell: str) -> None:
+    # a lone surrogate (what `errors="surrogateescape"` decoding leaves) cannot reach a shell
+    env = make("os", shell=shell)
+    env.reset(0)
+    for action in ("bash: echo \ud800 hi", "answer: \udcff"):
+        obs, reward, terminated, _, info = env.step(action)
+        assert info["parse_error"] and not terminated and reward == 0.0
+        assert "not valid UTF-8" in obs and "it was not run" in obs
+    obs, *_ = env.step("bash: echo still-alive")
+    assert "still-alive" in obs
+    env.env.close()

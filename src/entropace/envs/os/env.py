@@ -187,6 +187,9 @@ class OsEnv:
         calls it with ``bash_action``'s script)."""
         if self.task is None:
             raise EnvError("os: step() called before reset()")
+        bad = _not_utf8(command, "command")
+        if bad is not None:
+            return bad, 0.0, False, False, {"success": False, "parse_error": True}
         if self.shell == "persistent":
             return self._run_persistent(command)
         return self._run(command)
@@ -196,6 +199,9 @@ class OsEnv:
         task = self.task
         if task is None:
             raise EnvError("os: step() called before reset()")
+        bad = _not_utf8(text, "answer")
+        if bad is not None:
+            return bad, 0.0, False, False, {"success": False, "parse_error": True}
         if task.is_goal:
             obs = "This task asks you to change files, not to answer: reply `done` when done."
             return obs, 0.0, False, False, {"success": False, "parse_error": False}
@@ -365,3 +371,17 @@ def oracle(env: Any) -> Policy:
         return "answer: " + observation_output(observation).strip()
 
     return policy
+
+
+def _not_utf8(text: str, what: str) -> str | None:
+    """The parse-error observation for text that cannot be encoded as UTF-8 (a lone surrogate
+    such as ``\\ud800`` from a decoder's error handler), or None. Such text cannot reach a
+    shell; the episode goes on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"Your {what} contains a character that is not valid UTF-8 "
+            f"(U+{ord(text[exc.start]):04X} at position {exc.start}); it was not run."
+        )
+    return None
