@@ -122,6 +122,63 @@ def profile_micro_batch(learner, batch) -> dict[str, float]:
     return out
 
 
+def saved_tensors_table(prompt: int = max(PROMPTS)) -> list[str]:
+    """The tensors one micro-batch's forward keeps for its backward (a rows pair of the
+    ``prompt``-token group, the quick preset's ``ppo.micro_batch_size=2``), by path: unique
+    storages seen by ``saved_tensors_hooks`` (parameters excluded), MiB, by last dimension
+    (SmolLM2-135M: 1536 = MLP, 576 = hidden / norms / projections, 64 = attention heads,
+    49,152 = vocabulary). Exact and independent of the machine's load."""
+    import collections
+
+    import torch
+
+    from entropace.models import load_model
+    from entropace.rollout import sequence_token_stats
+    from entropace.train.learner import checkpoint_mlps
+
+    model, _ = load_model("smollm2-135m")
+    model.train()
+    batch = make_batch(model.config.vocab_size, (prompt,))
+    rows = torch.tensor([0, 1])
+    length = int(batch.attention_mask[rows].sum(1).max())
+    ids, attn = batch.input_ids[rows, :length], batch.attention_mask[rows, :length]
+    loss_mask, groups = batch.loss_mask[rows, :length], batch.group_ids[rows]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    lines = [f"One micro-batch: 2 rows of the {prompt}-token group, {int(attn.sum())} real "
+             "tokens; tensors kept for the backward (MiB):", "",
+             "| path | total | d_ff 1536 | d 576 | head 64 | vocab 49152 | other |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    variants = [("plain, materialised head", False, False, False),
+                ("shared prefix, materialised head", True, False, False),
+                ("shared prefix, fused head", True, True, False),
+                ("shared prefix, fused head, checkpoint_mlp", True, True, True)]  # fmt: skip
+    for name, share, fused, ckpt in variants:
+        if ckpt:
+            checkpoint_mlps(model)
+        seen: dict[int, tuple[int, int]] = {}
+
+        def pack(t: torch.Tensor, seen=seen) -> torch.Tensor:
+            st = t.untyped_storage()
+            if st.data_ptr() not in params:
+                seen[st.data_ptr()] = (st.nbytes(), t.shape[-1] if t.dim() else 0)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            sequence_token_stats(model, ids, attn, temperature=1.0, loss_mask=loss_mask,
+                                 grad=True, groups=groups if share else None, fused_head=fused,
+                                 chunk_size=512)  # fmt: skip
+        by = collections.Counter()
+        for nbytes, last in seen.values():
+            by[last if last in (1536, 576, 64, 49152) else -1] += nbytes
+        mib = {k: v / 2**20 for k, v in by.items()}
+        lines.append(
+            f"| {name} | {sum(mib.values()):.0f} | "
+            + " | ".join(f"{mib.get(k, 0.0):.0f}" for k in (1536, 576, 64, 49152, -1))
+            + " |"
+        )
+    return lines
+
+
 def child(overrides: list[str], profile_it: bool, prompts: tuple[int, ...] = PROMPTS) -> dict:
     import torch
 
@@ -170,8 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", default=",".join(map(str, PROMPTS)),
                    help="prompt lengths, one group of G=8 each (the peak is set by the longest)")  # fmt: skip
     p.add_argument("--markdown", type=Path)
+    p.add_argument("--saved-tensors", action="store_true",
+                   help="only the table of the tensors one micro-batch keeps for its backward")  # fmt: skip
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.saved_tensors:
+        text = "\n".join(saved_tensors_table())
+        print(text)
+        if args.markdown:
+            with args.markdown.open("a") as f:
+                f.write("\nCommand: `python benchmarks/bench_update_memory.py --saved-tensors "
+                        f"--markdown {args.markdown}` (appends)\n\n{text}\n")  # fmt: skip
+        return 0
     if args.child is not None:
         prompts = tuple(int(x) for x in args.prompts.split(","))
         print(json.dumps(child(args.child.split(), args.profile, prompts)))
