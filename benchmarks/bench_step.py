@@ -117,13 +117,16 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--no-force-update", action="store_true")
     p.add_argument("--check-stats", action="store_true")
+    p.add_argument(
+        "--set", nargs="*", default=[], help="overrides for both paths, e.g. tasks.mix={}"
+    )
     p.add_argument("--markdown", type=Path)
     p.add_argument("--child", nargs=2, metavar=("PATH", "STEP"), help=argparse.SUPPRESS)
     args = p.parse_args()
     force = not args.no_force_update
     if args.child:
         path, step = args.child[0], int(args.child[1])
-        overrides = OLD if path == "old" else []
+        overrides = [*args.set, *(OLD if path == "old" else [])]
         res = child(args.preset, overrides, step, force, args.check_stats and path == "new")
         print(json.dumps(res))
         return 0
@@ -134,6 +137,7 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--preset", args.preset, "--child", path, str(step)]
             cmd += ["--no-force-update"] if not force else []
             cmd += ["--check-stats"] if args.check_stats else []
+            cmd += ["--set", *args.set] if args.set else []
             w0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -189,6 +193,7 @@ def main() -> int:
     if args.markdown:
         flags = f"--steps {args.steps}" + (" --no-force-update" if not force else "")
         flags += " --check-stats" if args.check_stats else ""
+        flags += (" --set " + " ".join(f"'{x}'" for x in args.set)) if args.set else ""
         args.markdown.write_text(
             "# The whole step, old path vs new path (quick workload)\n\n"
             f"Command: `python benchmarks/bench_step.py {flags} --markdown {args.markdown}`\n\n"
