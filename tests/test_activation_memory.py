@@ -10,13 +10,13 @@ import copy
 
 import pytest
 import torch
+from tests.test_prefix_stats import _batch_for_update, multi_turn_batch
 
 from entropace.rollout import sequence_token_stats
 from entropace.train.config import load_config
 from entropace.train.learner import checkpoint_mlps
 from entropace.train.trainer import build_learner
 from entropace.train.update import update_step
-from tests.test_prefix_stats import _batch_for_update, multi_turn_batch
 
 
 @pytest.fixture
