@@ -175,7 +175,9 @@ def make(
             suite = tool_suite(name)
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
-        env = ToolInterface(env, suite, suite.agentbench if profile == "agentbench" else suite.style)
+        env = ToolInterface(
+            env, suite, suite.agentbench if profile == "agentbench" else suite.style
+        )
     return TurnLimit(env, max_turns=max_turns)
 
 
