@@ -44,6 +44,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.utils.profiler import simple_timer
 
 from entropace.envs import make, seeds
+from entropace.integrations.verl.tool_config import instance_rows
 
 __all__ = [
     "AGENT_NAME",
@@ -198,26 +199,15 @@ def dataset_rows(
     for family in families:
         opts = dict((options or {}).get(family, {}))
         env = make(family, max_turns=max_turns, **opts)
-        for seed in seeds(split, n, offset=offset):  # type: ignore[arg-type]
-            observation, info = env.reset(seed)
-            rows.append(
-                {
-                    "data_source": family,
-                    "agent_name": AGENT_NAME,
-                    "prompt": [
-                        {"role": "system", "content": env.system_prompt},
-                        {"role": "user", "content": observation},
-                    ],
-                    "reward_model": {"style": "env", "ground_truth": str(info.get("gold", ""))},
-                    "extra_info": {
-                        "entropace": {
-                            "env": family,
-                            "seed": int(seed),
-                            "options": json.dumps(opts, sort_keys=True),
-                            "max_turns": max_turns,
-                        },
-                        "split": split,
-                    },
-                }
-            )
+        rows += instance_rows(
+            family, env, seeds(split, n, offset=offset), agent_name=AGENT_NAME, split=split,
+            extra_info=lambda seed, fam=family, opts=opts: {
+                "entropace": {
+                    "env": fam,
+                    "seed": seed,
+                    "options": json.dumps(opts, sort_keys=True),
+                    "max_turns": max_turns,
+                },
+            },
+        )  # fmt: skip
     return rows

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,37 @@ def write_tool_config(families: Iterable[str], path: str | Path, **kwargs: Any) 
     return path
 
 
+def instance_rows(
+    family: str,
+    env: Any,
+    instance_seeds: Iterable[int],
+    *,
+    agent_name: str,
+    split: str,
+    extra_info: Callable[[int], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One verl dataset row per seed: ``data_source`` (the family), ``agent_name``, ``prompt``
+    (``env``'s system prompt and first observation), ``reward_model`` (the gold answer) and
+    ``extra_info`` (``extra_info(seed)`` plus ``split``). Shared by the tool loops' and the
+    ``entropace`` agent loop's datasets."""
+    rows = []
+    for seed in instance_seeds:
+        observation, info = env.reset(seed)
+        rows.append(
+            {
+                "data_source": family,
+                "agent_name": agent_name,
+                "prompt": [
+                    {"role": "system", "content": env.system_prompt},
+                    {"role": "user", "content": observation},
+                ],
+                "reward_model": {"style": "env", "ground_truth": str(info.get("gold", ""))},
+                "extra_info": {**extra_info(int(seed)), "split": split},
+            }
+        )
+    return rows
+
+
 def dataset_rows(
     families: Iterable[str],
     n: int,
@@ -98,26 +129,14 @@ def dataset_rows(
         opts = dict((options or {}).get(family, {}))
         env = make(family, interface="tools", profile=profile, max_turns=max_turns, **opts)
         names = [t.name for t in tool_suite(family).tools]
-        for seed in seeds(split, n, offset=offset):  # type: ignore[arg-type]
-            observation, info = env.reset(seed)
-            create = {"seed": int(seed)}
-            rows.append(
-                {
-                    "data_source": family,
-                    "agent_name": agent_name,
-                    "prompt": [
-                        {"role": "system", "content": env.system_prompt},
-                        {"role": "user", "content": observation},
-                    ],
-                    "reward_model": {"style": "env", "ground_truth": str(info.get("gold", ""))},
-                    "extra_info": {
-                        "tools_kwargs": {name: {"create_kwargs": dict(create)} for name in names},
-                        "tool_selection": list(names),  # only this family's tools in the prompt
-                        "entropace": {"env": family, "seed": int(seed), "profile": profile},
-                        "split": split,
-                    },
-                }
-            )
+        rows += instance_rows(
+            family, env, seeds(split, n, offset=offset), agent_name=agent_name, split=split,
+            extra_info=lambda seed, fam=family, names=names: {
+                "tools_kwargs": {name: {"create_kwargs": {"seed": seed}} for name in names},
+                "tool_selection": list(names),  # only this family's tools in the prompt
+                "entropace": {"env": fam, "seed": seed, "profile": profile},
+            },
+        )  # fmt: skip
         getattr(env, "close", lambda: None)()
     return rows
 
