@@ -27,16 +27,19 @@ PROMPTS = (270, 450, 610)
 G = 4
 
 
-def make_batch(vocab: int):
+def make_batch(vocab: int, prompts: tuple[int, ...] = PROMPTS, group: int = G):
+    """A quick-shaped batch: ``group`` two-turn trajectories per prompt length (uneven
+    observations), rewards ``1, 0, 0, 1, 0, 0, 0, 1`` cut to the group (variance in every group;
+    ``group <= 8``)."""
     import torch
 
     from entropace.rollout import RolloutBatch
 
     g = torch.Generator().manual_seed(0)
     rows = []
-    for k, n in enumerate(PROMPTS):
+    for k, n in enumerate(prompts):
         prompt = torch.randint(10, vocab, (n,), generator=g)
-        for i in range(G):
+        for i in range(group):
             obs = 40 + (13 * (3 * k + i)) % 41
             turn = [torch.randint(10, vocab, (32,), generator=g) for _ in range(2)]
             ids = torch.cat(
@@ -46,21 +49,20 @@ def make_batch(vocab: int):
             mask[n : n + 32] = 1
             mask[n + 32 + obs :] = 1
             rows.append((ids, mask, k))
-    L = max(len(r[0]) for r in rows)
-    B = len(rows)
-    input_ids = torch.zeros(B, L, dtype=torch.long)
-    attn = torch.zeros(B, L, dtype=torch.long)
-    loss_mask = torch.zeros(B, L)
+    length, batch = max(len(r[0]) for r in rows), len(rows)
+    input_ids = torch.zeros(batch, length, dtype=torch.long)
+    attn = torch.zeros(batch, length, dtype=torch.long)
+    loss_mask = torch.zeros(batch, length)
     for i, (ids, mask, _) in enumerate(rows):
         input_ids[i, : len(ids)], attn[i, : len(ids)], loss_mask[i, : len(ids)] = ids, 1, mask
     groups = torch.tensor([k for _, _, k in rows])
-    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0] * 3)
-    zeros = torch.zeros(B, L)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0][:group] * len(prompts))
+    zeros = torch.zeros(batch, length)
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attn, loss_mask=loss_mask, old_logprobs=zeros,
         entropy=zeros, sensitivity=zeros, rewards=rewards, group_ids=groups, task_ids=groups,
-        task_names=["db", "kg", "reasoning"], success=rewards > 0,
-        abnormal=torch.zeros(B, dtype=torch.bool), num_turns=torch.full((B,), 2),
+        task_names=["db", "kg", "reasoning"][: len(prompts)], success=rewards > 0,
+        abnormal=torch.zeros(batch, dtype=torch.bool), num_turns=torch.full((batch,), 2),
     )  # fmt: skip
 
 

@@ -39,41 +39,8 @@ from pathlib import Path
 PROMPTS = (270, 450, 610)
 G = 8
 
-
-def make_batch(vocab: int, prompts: tuple[int, ...] = PROMPTS):
-    import torch
-
-    from entropace.rollout import RolloutBatch
-
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for k, n in enumerate(prompts):
-        prompt = torch.randint(10, vocab, (n,), generator=g)
-        for i in range(G):
-            obs = 40 + (13 * (3 * k + i)) % 41
-            turn = [torch.randint(10, vocab, (32,), generator=g) for _ in range(2)]
-            ids = torch.cat(
-                [prompt, turn[0], torch.randint(10, vocab, (obs,), generator=g), turn[1]]
-            )
-            mask = torch.zeros(len(ids))
-            mask[n : n + 32] = 1
-            mask[n + 32 + obs :] = 1
-            rows.append((ids, mask, k))
-    length, batch = max(len(r[0]) for r in rows), len(rows)
-    input_ids = torch.zeros(batch, length, dtype=torch.long)
-    attn = torch.zeros(batch, length, dtype=torch.long)
-    loss_mask = torch.zeros(batch, length)
-    for i, (ids, mask, _) in enumerate(rows):
-        input_ids[i, : len(ids)], attn[i, : len(ids)], loss_mask[i, : len(ids)] = ids, 1, mask
-    groups = torch.tensor([k for _, _, k in rows])
-    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0] * len(prompts))
-    zeros = torch.zeros(batch, length)
-    return RolloutBatch(
-        input_ids=input_ids, attention_mask=attn, loss_mask=loss_mask, old_logprobs=zeros,
-        entropy=zeros, sensitivity=zeros, rewards=rewards, group_ids=groups, task_ids=groups,
-        task_names=["db", "kg", "reasoning"][: len(prompts)], success=rewards > 0,
-        abnormal=torch.zeros(batch, dtype=torch.bool), num_turns=torch.full((batch,), 2),
-    )  # fmt: skip
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_prefix_update import make_batch  # noqa: E402  (the quick-shaped batch, one definition)
 
 
 def rss_mib() -> float:
@@ -138,7 +105,7 @@ def saved_tensors_table(prompt: int = max(PROMPTS)) -> list[str]:
 
     model, _ = load_model("smollm2-135m")
     model.train()
-    batch = make_batch(model.config.vocab_size, (prompt,))
+    batch = make_batch(model.config.vocab_size, (prompt,), G)
     rows = torch.tensor([0, 1])
     length = int(batch.attention_mask[rows].sum(1).max())
     ids, attn = batch.input_ids[rows, :length], batch.attention_mask[rows, :length]
@@ -192,7 +159,7 @@ def child(overrides: list[str], profile_it: bool, prompts: tuple[int, ...] = PRO
     out: dict = {"rss_start_mib": rss_mib()}
     model, _, _ = build_model(cfg.model)
     out["rss_model_mib"] = rss_mib()
-    batch = make_batch(model.config.vocab_size, prompts)
+    batch = make_batch(model.config.vocab_size, prompts, G)
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.no_grad():
         st = sequence_token_stats(
