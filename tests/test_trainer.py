@@ -106,7 +106,9 @@ def test_metrics_follow_the_run_directory_contract(full_run) -> None:
     for row in rows:
         for task in ("letter", "letter2"):
             for key in per_task:
-                assert f"task/{task}/{key}" in row, (task, key)
+                # ppo.skip_inert: a task none of whose trajectories ran has no clip fractions
+                skippable = key.startswith("clip_frac") and row["update/trained_rows_frac"] < 1
+                assert f"task/{task}/{key}" in row or skippable, (task, key)
             assert row[f"task/{task}/num_episodes"] == 3  # P=1 prompt x G=3
         for key in glob:
             assert key in row, key

@@ -473,7 +473,9 @@ def test_every_recipe_feeds_the_loss_its_distinguishing_inputs(tiny, name) -> No
     assert set(FIRST_CALL) | set(PACED) | {"papo"} == set(RECIPES)
     batch = make_batch(tiny, rewards=(*G_A, 1.0, 1.0, 1.0))
     model = copy.deepcopy(tiny)
-    cfg = make_cfg(f"algo={name}", "ppo.num_minibatches=2", "ppo.shuffle=false")
+    # every row reaches the loss (ppo.skip_inert would leave out the all-equal group b)
+    cfg = make_cfg(f"algo={name}", "ppo.num_minibatches=2", "ppo.shuffle=false",
+                   "ppo.skip_inert=false")  # fmt: skip
     learner = build_learner(cfg, model)
     calls = record_loss_inputs(learner)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])

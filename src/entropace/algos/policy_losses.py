@@ -14,7 +14,8 @@ Every registered loss is a :class:`PolicyLoss` entry, called as::
   validates the options, so a trainer can check ``loss_options`` when its config loads.
 - The entry declares what a caller needs to know about the loss: its default bounds (``None``
   for a loss without a clip), whether zero advantages give exactly zero loss and gradient
-  (``advantage_weighted``), whether it draws random numbers (``uses_generator``).
+  (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
+  each trajectory's loss depends on that trajectory alone (``row_local``).
 
 Registered names: ``ppo`` (GRPO, Dr.GRPO, DAPO, RLOO, BAPO, EPPO all use it, with their own
 bounds / aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo``; add one with
@@ -121,6 +122,16 @@ class PolicyLoss:
         advantage_weighted: every loss term is a multiple of ``A_t``, so all-zero advantages
             give exactly zero loss and gradient (a trainer may skip the passes).
         uses_generator: the loss draws random numbers from ``LossInputs.generator``.
+        row_local: given the global counts ``num_tokens`` / ``num_seqs`` (and ``seq_norm``),
+            each row's (trajectory's) loss terms and their gradients depend only on that row's
+            tensors: never on the other rows of the call (no statistic, ranking or top-k across
+            rows) nor on a random draw. The loss of a micro-batch is then the sum of the losses
+            of its rows evaluated one by one with the same counts, so a trainer may drop rows
+            that contribute nothing (all-zero advantages of an ``advantage_weighted`` loss) or
+            regroup rows into other micro-batches without changing the loss or any gradient
+            (``ppo.skip_inert``). Default False (the safe value: nothing is dropped); set it
+            only for a loss whose code was checked (``tests/test_skip_inert.py`` checks every
+            registered loss that claims it by brute force).
     """
 
     name: str
@@ -129,6 +140,7 @@ class PolicyLoss:
     default_bounds: tuple[float, float] | None
     advantage_weighted: bool = True
     uses_generator: bool = False
+    row_local: bool = False
 
     def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
         """The validated config from plain options; ``ValueError`` naming the bad option."""
@@ -172,8 +184,11 @@ def register_policy_loss(
     default_bounds: tuple[float, float] | None,
     advantage_weighted: bool = True,
     uses_generator: bool = False,
+    row_local: bool = False,
 ) -> Callable[[LossFn], LossFn]:
-    """Decorator adding ``fn(inputs, config) -> LossOutput`` to :data:`POLICY_LOSSES`."""
+    """Decorator adding ``fn(inputs, config) -> LossOutput`` to :data:`POLICY_LOSSES`
+    (the keyword arguments are the :class:`PolicyLoss` attributes; ``row_local`` defaults to
+    the safe False)."""
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"policy loss {name!r}: config must be a dataclass, got {config!r}")
 
@@ -181,7 +196,7 @@ def register_policy_loss(
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = PolicyLoss(
-            name, fn, config, default_bounds, advantage_weighted, uses_generator
+            name, fn, config, default_bounds, advantage_weighted, uses_generator, row_local
         )
         return fn
 
@@ -230,9 +245,11 @@ class PPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("ppo", config=PPOLossConfig, default_bounds=(0.2, 0.2))
+@register_policy_loss("ppo", config=PPOLossConfig, default_bounds=(0.2, 0.2), row_local=True)
 def ppo_policy_loss(inputs: LossInputs, cfg: PPOLossConfig) -> LossOutput:
     """PPO clipped surrogate with dual clip; see :func:`entropace.algos.clipped_surrogate_loss`.
+
+    Row-local: per token ``L_t`` reads only ``r_t``, ``A_t`` and that token's bounds.
 
     Defaults: ``eps_low = eps_high = 0.2``, ``dual_clip = 3``. DAPO passes 0.2 / 0.28 and
     ``token-mean``; EPPO passes per-task tensors; BAPO its adaptive bounds.
@@ -254,7 +271,7 @@ class GSPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("gspo", config=GSPOLossConfig, default_bounds=(3e-4, 4e-4))
+@register_policy_loss("gspo", config=GSPOLossConfig, default_bounds=(3e-4, 4e-4), row_local=True)
 def gspo_policy_loss(inputs: LossInputs, cfg: GSPOLossConfig) -> LossOutput:
     """GSPO: the ratio is the sequence's geometric-mean ratio, clipped per sequence (arXiv 2507.18071).
 
@@ -268,6 +285,7 @@ def gspo_policy_loss(inputs: LossInputs, cfg: GSPOLossConfig) -> LossOutput:
     The bounds act on a sequence ratio, which moves far less than a token ratio: the defaults are
     the paper's ``eps_low = 3e-4``, ``eps_high = 4e-4``. Bounds passed by the caller are used as
     they are, so a preset must not hand GSPO token-scale bounds such as 0.2 unless it means it.
+    Row-local: ``s_i`` is a mean over row i's own tokens.
     """
     inputs_t = prepare_token_inputs(
         inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask
@@ -338,6 +356,7 @@ def clip_cov_policy_loss(inputs: LossInputs, cfg: ClipCovLossConfig) -> LossOutp
     ``max(1, floor(clip_ratio * N))`` uniformly at random (``inputs.generator``) and drop their
     gradient (their loss value is kept, detached). Metric ``cov_drop_frac``: fraction of masked
     tokens dropped. Sync-free: the random pick is a rank cut on random keys.
+    Not row-local: the means, the top-k count and the random pick span every row of the call.
     Defaults: ``eps 0.2 / 0.2``, ``clip_ratio 2e-4``, bounds ``[1, 5]``.
     """
     tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
@@ -381,6 +400,7 @@ def kl_cov_policy_loss(inputs: LossInputs, cfg: KLCovLossConfig) -> LossOutput:
     There is no clip (bounds are ignored; no clip-fraction metrics). Not advantage-weighted:
     the penalty does not depend on A. Defaults ``kl_ratio 2e-3`` (the paper's 7B value; 2e-4
     for 32B), ``kl_coef 1``. Metric ``kl_cov_frac``: fraction of masked tokens penalised.
+    Not row-local: the covariance's means and the top-k span every row of the call.
     """
     tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
     ratio = torch.exp(tok.log_ratio)
@@ -419,7 +439,7 @@ class DCPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("dcpo", config=DCPOLossConfig, default_bounds=(0.16, 0.2))
+@register_policy_loss("dcpo", config=DCPOLossConfig, default_bounds=(0.16, 0.2), row_local=True)
 def dcpo_policy_loss(inputs: LossInputs, cfg: DCPOLossConfig) -> LossOutput:
     """DCPO dynamic clipping (arXiv 2509.02333): the PPO surrogate with :func:`dcpo_bounds`.
 
@@ -427,7 +447,7 @@ def dcpo_policy_loss(inputs: LossInputs, cfg: DCPOLossConfig) -> LossOutput:
     (verl's default, on which DCPO's implementation is built). The paper aggregates a token mean
     per response summed over responses, i.e. ``seq-mean-token-mean`` times the (constant)
     number of responses: pass ``agg="seq-mean-token-mean"``. The clip flags are those of the
-    probability-dependent bounds.
+    probability-dependent bounds. Row-local: a token's bounds read its own old probability.
     """
     tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
     old = torch.where(tok.mask, inputs.old_logprobs.detach().to(tok.log_ratio.dtype), 0.0)
@@ -453,7 +473,7 @@ class CEGPPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("ce_gppo", config=CEGPPOLossConfig, default_bounds=(0.2, 0.2))
+@register_policy_loss("ce_gppo", config=CEGPPOLossConfig, default_bounds=(0.2, 0.2), row_local=True)
 def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput:
     """CE-GPPO gradient-preserving clip (arXiv 2509.20712).
 
@@ -464,7 +484,7 @@ def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput
         otherwise:             L = -A r,  then the dual clip for A < 0.
 
     Defaults (the authors' implementation): ``eps 0.2 / 0.2``, ``beta1 0.75``, ``beta2 1``,
-    dual clip 3.
+    dual clip 3. Row-local: every term is per token.
     """
     tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
     lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, tok.log_ratio)

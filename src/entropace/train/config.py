@@ -164,7 +164,18 @@ class PPOConfig:
     materialised logits (``logits_to_keep``), the old path. ``checkpoint_mlp``: recompute
     each decoder layer's MLP in the backward pass instead of keeping its activations (about
     half of them; exact, compatible with ``share_prefix``; one more MLP forward per
-    micro-batch; :func:`entropace.train.learner.checkpoint_mlps`).
+    micro-batch; :func:`entropace.train.learner.checkpoint_mlps`). ``skip_inert``: leave
+    out of the forward/backward passes the trajectories whose advantage is 0 on every token
+    (a group whose rewards are all equal), when they contribute exactly nothing: the loss is
+    ``advantage_weighted`` and ``row_local`` (:class:`entropace.algos.PolicyLoss`) and there
+    is no KL or entropy term (``algorithm.kl_beta = entropy_coef = 0``). The rows are left
+    out after the mini-batch split and the loss keeps the mini-batch's global token /
+    sequence counts, so the loss, the gradients and the optimiser steps are those of the full
+    passes (up to float round-off); a mini-batch with no row left takes a zero-gradient
+    optimiser step. The loss-side metrics (``clip_frac_*``, ``approx_kl``, ``loss/*``, their
+    per-task values) then cover the trajectories that ran, i.e. those that carry gradient: a
+    task none of whose trajectories ran has no per-task flag metrics. ``update/trained_rows_frac``
+    is the fraction of the step's trajectory-updates that ran. Off: every trajectory runs.
     """
 
     epochs: int = 2
@@ -174,6 +185,7 @@ class PPOConfig:
     share_prefix: bool = True
     fused_head: bool = True
     checkpoint_mlp: bool = False
+    skip_inert: bool = True
 
 
 @dataclass

@@ -195,6 +195,7 @@ def accumulate_gradients(
     *,
     eps: tuple[float, float] | None = None,
     generator: torch.Generator | None = None,
+    rows: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """Backpropagate the loss of mini-batch ``mb`` in micro-batches (no optimiser step).
 
@@ -207,10 +208,18 @@ def accumulate_gradients(
 
     Args:
         eps: one ``(eps_low, eps_high)`` for every token (BAPO), else ``mb``'s per-token bounds.
+        rows: indices of the rows of ``mb`` that run (default: all of them); the caller
+            guarantees that the others contribute exactly 0 to the loss and the gradient (a
+            ``row_local``, ``advantage_weighted`` loss, all-zero advantages, no KL or entropy
+            term; ``ppo.skip_inert``). The counts stay those of the whole ``mb``, so the loss and
+            the gradients are those of all rows.
 
     Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics as
     ``metric/<name>`` and, per task (``[K]`` vectors indexed by task id), the counts of each of
-    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``.
+    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``. Flags, tokens and
+    metrics cover the rows that ran: the loss's metrics (means with the global token count,
+    :class:`entropace.algos.LossOutput`) are rescaled to means over the tokens that ran,
+    ``* num_tokens / ran_tokens`` (the ``*_min`` / ``*_max`` extremes as they are).
     """
     cfg = learner.cfg
     a = cfg.algorithm
@@ -220,14 +229,15 @@ def accumulate_gradients(
     k = len(cfg.tasks.names)
     total: dict[str, Tensor] = {}
     size = cfg.ppo.micro_batch_size
-    if cfg.ppo.share_prefix and mb.group_ids is not None:
+    run = mb if rows is None else mb.select(rows)  # the rows that run forward/backward
+    if cfg.ppo.share_prefix and run.group_ids is not None:
         # micro-batches that keep group-mates together, so that they share their prompt (any
         # partition gives the same loss: every micro-batch uses the mini-batch's global counts)
-        micro_batches = group_micro_batches(mb.group_ids.cpu(), size)
+        micro_batches = group_micro_batches(run.group_ids.cpu(), size)
     else:
-        micro_batches = list(torch.split(torch.arange(mb.input_ids.shape[0]), size))
+        micro_batches = list(torch.split(torch.arange(run.input_ids.shape[0]), size))
     for index in micro_batches:
-        micro = mb.select(index)
+        micro = run.select(index)
         logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
         inputs = algos.LossInputs(
             logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
@@ -257,6 +267,11 @@ def accumulate_gradients(
         for name, flag in out.flags.items():
             per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
             _add(total, f"flag/{name}", per_task)
+    if rows is not None:  # the loss's metrics as means over the tokens that ran
+        scale = num_tokens.double() / loss_counts(run.loss_mask)[0].double().clamp_min(1.0)
+        for name in total:
+            if name.startswith("metric/") and not name.endswith(("_min", "_max")):
+                total[name] = total[name] * scale
     return total
 
 

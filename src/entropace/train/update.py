@@ -15,9 +15,14 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
     and gradient do not depend on the micro-batch size
     (:func:`entropace.train.learner.accumulate_gradients`); a non-finite loss or gradient skips
-    that optimiser step (grads zeroed, counted; :func:`entropace.train.learner.optimizer_step`);
+    that optimiser step (grads zeroed, counted; :func:`entropace.train.learner.optimizer_step`).
+    Inert trajectories (advantage 0 on every token) contribute exactly nothing when every loss
+    term is A-weighted and the loss is row-local: with ``ppo.skip_inert`` they are left out of
+    the passes (a mini-batch without an active row takes a zero-gradient step), and when every
+    trajectory is inert the whole update takes zero-gradient steps;
 (f) :func:`update_metrics` turns the sums of the optimiser steps into the step's metrics. Every
-    loss-side metric comes from the loss's own outputs (its metrics and its per-token flags).
+    loss-side metric comes from the loss's own outputs (its metrics and its per-token flags),
+    over the trajectories that ran.
 
 Returns a flat dict of metrics (the ``metrics.jsonl`` contract, timings aside).
 """
@@ -193,17 +198,17 @@ def update_step(
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
 
-    # Every loss term is A-weighted (and there is no KL or entropy bonus) and every advantage
-    # is 0: the gradient is exactly 0, so the forward/backward passes are skipped and the
-    # optimiser steps take zero gradients (AdamW's momentum and weight decay act exactly as
-    # after a full pass; the mini-batch shuffles consume the same randomness).
-    zero_update = (
-        not bool(adv.abs().sum() > 0)
-        and a.kl_beta == 0
-        and a.entropy_coef == 0
-        and learner.loss.advantage_weighted
-        and not learner.clip_rule.needs_logprobs
-    )
+    # Every loss term is A-weighted (and there is no KL or entropy bonus): a trajectory whose
+    # advantage is 0 on every token ("inert") contributes exactly 0 to the loss and gradient.
+    # Every trajectory inert: the forward/backward passes are skipped and the optimiser steps
+    # take zero gradients (AdamW's momentum and weight decay act exactly as after a full pass;
+    # the mini-batch shuffles consume the same randomness). With ppo.skip_inert and a
+    # row-local loss, the inert rows of each mini-batch are left out of its passes (its global
+    # counts unchanged: the same loss and gradients).
+    inert_exact = a.kl_beta == 0 and a.entropy_coef == 0 and learner.loss.advantage_weighted
+    active = adv.ne(0).any(dim=1)  # [B] rows that carry gradient (NaN counts as active)
+    zero_update = inert_exact and not bool(active.any()) and not learner.clip_rule.needs_logprobs
+    skip_rows = inert_exact and cfg.ppo.skip_inert and learner.loss.row_local
     metrics["update/zero_advantage"] = float(zero_update)
 
     # (e) epochs x mini-batches of trajectories; one optimiser step per mini-batch
@@ -212,6 +217,8 @@ def update_step(
     losses: list[float] = []
     grad_norms: list[float] = []
     searched: list[tuple[float, float]] = []
+    measured = 0  # optimiser steps whose passes ran and whose metrics are summed
+    rows_run = rows_total = 0
     for _epoch in range(cfg.ppo.epochs if kept.numel() else 0):
         order = kept[torch.randperm(kept.numel(), generator=generator)] if cfg.ppo.shuffle else kept
         for index in torch.tensor_split(order, min(cfg.ppo.num_minibatches, kept.numel())):
@@ -220,21 +227,30 @@ def update_step(
             if learner.clip_rule.needs_logprobs:  # BAPO: search bounds per optimiser step
                 eps = _minibatch_bounds(learner, mb)
                 searched.append(eps)
-            if zero_update:
+            rows = active[index].nonzero().flatten() if skip_rows else None  # rows of mb
+            if rows is not None and rows.numel() == index.numel():
+                rows = None  # every row active: the plain passes
+            n_run = 0 if zero_update else index.numel() if rows is None else rows.numel()
+            rows_total += index.numel()
+            rows_run += n_run
+            if n_run == 0:
                 for p in learner.params:
                     p.grad = torch.zeros_like(p)
                 out = {"loss": torch.zeros((), dtype=torch.float64)}
             else:
-                out = accumulate_gradients(learner, mb, eps=eps, generator=generator)
+                out = accumulate_gradients(learner, mb, eps=eps, generator=generator, rows=rows)
             grad_norms.append(optimizer_step(learner, out["loss"]))
             losses.append(float(out["loss"]))
-            if math.isfinite(grad_norms[-1]):  # a skipped step's metrics are not the update's
+            # a skipped (non-finite) step's metrics are not the update's
+            if n_run and math.isfinite(grad_norms[-1]):
+                measured += 1
                 for name, value in out.items():
                     if name != "loss":
                         _combine_into(sums, name, value)
 
     # (f) metrics of the update and of the controllers
-    metrics.update(update_metrics(learner, names, losses, grad_norms, sums, zero_update))
+    metrics["update/trained_rows_frac"] = rows_run / rows_total if rows_total else 0.0
+    metrics.update(update_metrics(learner, names, losses, grad_norms, sums, measured))
     if searched:  # BAPO: the bounds used are the mean of the per-optimiser-step searches
         lo = sum(b[0] for b in searched) / len(searched)
         hi = sum(b[1] for b in searched) / len(searched)
@@ -256,15 +272,17 @@ def update_metrics(
     losses: list[float],
     grad_norms: list[float],
     sums: dict[str, Tensor],
-    zero_update: bool,
+    measured: int,
 ) -> dict[str, float]:
     """The update's metrics from the sums of its optimiser steps (skipped steps excluded).
 
-    ``loss`` and ``grad_norm`` are means over the optimiser steps taken; the loss's own metrics
-    (``approx_kl`` at the top level, the others as ``loss/<name>``) are means over them, or
-    the min / max for ``*_min`` / ``*_max``; the loss's flags are pooled over every masked
-    token of the step: ``clip_frac_low`` / ``clip_frac_high`` at the top level and per task,
-    the others as ``loss/<name>`` and per task.
+    ``loss`` and ``grad_norm`` are means over the optimiser steps taken (a zero-gradient step,
+    whose passes were skipped, counts with 0); the loss's own metrics (``approx_kl`` at the top
+    level, the others as ``loss/<name>``) and ``kl`` are means over the ``measured`` steps
+    whose passes ran, or the min / max for ``*_min`` / ``*_max``; the loss's flags are pooled
+    over every masked token that ran: ``clip_frac_low`` / ``clip_frac_high`` at the top level
+    and per task, the others as ``loss/<name>`` and per task (a task none of whose tokens ran
+    has no per-task flag metric).
     """
     out: dict[str, float] = {
         "optimizer_steps": len(losses),
@@ -274,20 +292,20 @@ def update_metrics(
     finite = [i for i, g in enumerate(grad_norms) if math.isfinite(g)]
     if not losses:
         return out
-    if zero_update:
-        return {**out, "loss": 0.0, "grad_norm": 0.0}
     if not finite:  # every optimiser step was skipped (non-finite)
         return {**out, "loss": math.nan, "grad_norm": math.nan}
     out["loss"] = sum(losses[i] for i in finite) / len(finite)
     out["grad_norm"] = sum(grad_norms[i] for i in finite) / len(finite)
+    if not measured:  # zero-gradient steps only: no pass ran, no loss-side metric
+        return out
     if "kl" in sums:
-        out["kl"] = float(sums["kl"]) / len(finite)
+        out["kl"] = float(sums["kl"]) / measured
     tokens = sums["tokens"]
     for key, value in sums.items():
         if key.startswith("metric/"):
             name = key[len("metric/") :]
             extreme = name.endswith(("_min", "_max"))
-            mean = float(value) if extreme else float(value) / len(finite)
+            mean = float(value) if extreme else float(value) / measured
             out["approx_kl" if name == "approx_kl" else f"loss/{name}"] = mean
         elif key.startswith("flag/"):
             name = key[len("flag/") :]
