@@ -204,7 +204,7 @@ def update_step(
     # take zero gradients (AdamW's momentum and weight decay act exactly as after a full pass;
     # the mini-batch shuffles consume the same randomness). With ppo.skip_inert and a
     # row-local loss, the inert rows of each mini-batch are left out of its passes (its global
-    # counts unchanged: the same loss and gradients).
+    # counts unchanged: the same loss and gradients; a BAPO search still sees every row).
     inert_exact = a.kl_beta == 0 and a.entropy_coef == 0 and learner.loss.advantage_weighted
     active = adv.ne(0).any(dim=1)  # [B] rows that carry gradient (NaN counts as active)
     zero_update = inert_exact and not bool(active.any()) and not learner.clip_rule.needs_logprobs
@@ -230,7 +230,9 @@ def update_step(
             rows = active[index].nonzero().flatten() if skip_rows else None  # rows of mb
             if rows is not None and rows.numel() == index.numel():
                 rows = None  # every row active: the plain passes
-            n_run = 0 if zero_update else index.numel() if rows is None else rows.numel()
+            n_run = index.numel() if rows is None else rows.numel()  # rows that run
+            if zero_update:
+                n_run = 0
             rows_total += index.numel()
             rows_run += n_run
             if n_run == 0:
