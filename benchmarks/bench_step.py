@@ -14,8 +14,11 @@ subprocess (the same initial SmolLM2-135M weights, a fresh learner), alternating
 
 Paths: ``old`` = every issue-12 switch off (``rollout.share_prefix``, ``rollout.reuse_kv``,
 ``rollout.fused_head``, ``ppo.share_prefix``, ``ppo.fused_head`` false,
-``rollout.stats_from_generation`` false, ``ppo.checkpoint_mlp`` false); ``new`` = the preset as
-shipped. Reported per step and path: generation / statistics / update CPU seconds (process
+``rollout.stats_from_generation`` false, ``ppo.checkpoint_mlp`` / ``checkpoint_norms`` /
+``skip_inert`` false, ``ppo.micro_batch_tokens`` null); ``new`` = the preset as shipped. Settings that are not
+issue-12 switches (``rollout.generation_batch_size``, micro-batch rows) are the preset's in
+both paths, so both sample the same tokens. As in the trainer, freed heap memory is returned
+after the rollout (``entropace.train.memory.release_memory``). Reported per step and path: generation / statistics / update CPU seconds (process
 CPU time: on a shared machine wall times swing with the other jobs' load), wall seconds, peak
 RSS of the process (``ru_maxrss``: model load, rollout and update), and whether both paths
 sampled the same tokens. ``--check-stats`` also recomputes the new path's statistics with the
@@ -41,7 +44,8 @@ from typing import Any
 OLD = [
     "rollout.share_prefix=false", "rollout.reuse_kv=false", "rollout.fused_head=false",
     "rollout.stats_from_generation=false", "ppo.share_prefix=false", "ppo.fused_head=false",
-    "ppo.checkpoint_mlp=false",
+    "ppo.checkpoint_mlp=false", "ppo.checkpoint_norms=false", "ppo.skip_inert=false",
+    "ppo.micro_batch_tokens=null",
 ]  # fmt: skip
 
 
@@ -51,6 +55,7 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
     from entropace.rollout import collect_rollouts, sequence_token_stats
     from entropace.train.config import load_config
     from entropace.train.data import TaskSampler
+    from entropace.train.memory import release_memory
     from entropace.train.trainer import build_learner, build_model, rollout_requests, step_seed
     from entropace.train.update import update_step
 
@@ -67,6 +72,7 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
     result = collect_rollouts(model, tok, requests, cfg.rollout, task_names=cfg.tasks.names,
                               seed=step_seed(cfg, step))  # fmt: skip
     rollout_cpu, rollout_wall = time.process_time() - c0, time.perf_counter() - w0
+    release_memory()  # as the trainer does between the rollout and the update
     batch = result.batch
     out: dict[str, Any] = {
         "generation_s": result.timings["generation_s"],
@@ -101,6 +107,7 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
     c0, w0 = time.process_time(), time.perf_counter()
     metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(step))
     out.update(
+        trained_rows_frac=metrics.get("update/trained_rows_frac", 1.0),
         update_cpu_s=time.process_time() - c0,
         update_s=time.perf_counter() - w0,
         loss=metrics.get("loss"),

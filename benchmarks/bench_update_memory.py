@@ -60,7 +60,8 @@ def profile_micro_batch(learner, batch) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import Category, MemoryProfileTimeline
 
-    from entropace.train.learner import MiniBatch, accumulate_gradients, group_micro_batches
+    from entropace.train.learner import MiniBatch, accumulate_gradients
+    from entropace.train.micro_batches import group_micro_batches
 
     cfg = learner.cfg
     data = MiniBatch(

@@ -22,7 +22,7 @@ from typing import Any
 
 from entropace.envs.toy import register_letter_envs
 
-TIMING = ("time/", "tokens_per_s")
+TIMING = ("time/", "tokens_per_s", "memory/")
 
 
 def _register() -> None:

@@ -14,7 +14,7 @@ from tests.test_prefix_stats import _batch_for_update, multi_turn_batch
 
 from entropace.rollout import sequence_token_stats
 from entropace.train.config import load_config
-from entropace.train.learner import checkpoint_mlps
+from entropace.train.recompute import checkpoint_mlps, checkpoint_norms
 from entropace.train.trainer import build_learner
 from entropace.train.update import update_step
 
@@ -81,22 +81,25 @@ def test_checkpoint_mlp_rejects_a_model_without_decoder_layers() -> None:
 
 def test_update_with_checkpointed_mlps_equals_the_plain_update(tiny) -> None:
     """``update_step`` (eppo+papo, 2 epochs x 2 mini-batches, shared prefixes, fused head) with
-    ``ppo.checkpoint_mlp`` on vs off: every metric and every weight after the update equal."""
+    ``ppo.checkpoint_mlp`` (and ``ppo.checkpoint_norms``) on vs off: every metric and every
+    weight after the update bitwise equal."""
     batch = _batch_for_update(tiny)
     runs = []
-    for on in (False, True):
+    for mlp, norms in ((False, False), (True, False), (True, True)):
         model = copy.deepcopy(tiny)
         cfg = load_config(None, ["tasks=a,b", "algo=eppo+papo", "rollout.max_episode_tokens=64",
                                  "rollout.temperature=1.0", "ppo.epochs=2", "ppo.num_minibatches=2",
                                  "ppo.micro_batch_size=3", "optim.lr=1e-3",
-                                 f"ppo.checkpoint_mlp={str(on).lower()}"],
+                                 f"ppo.checkpoint_mlp={str(mlp).lower()}",
+                                 f"ppo.checkpoint_norms={str(norms).lower()}"],
                           check_envs=False)  # fmt: skip
         learner = build_learner(cfg, model)
         metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
         runs.append((metrics, [p.detach().clone() for p in model.parameters()]))
-    (m_ref, p_ref), (m_got, p_got) = runs
-    assert m_got == m_ref
-    assert all(torch.equal(a, b) for a, b in zip(p_got, p_ref, strict=True))
+    (m_ref, p_ref), *others = runs
+    for m_got, p_got in others:  # the MLPs recomputed, then the norms too
+        assert m_got == m_ref
+        assert all(torch.equal(a, b) for a, b in zip(p_got, p_ref, strict=True))
 
 
 def test_hf_gradient_checkpointing_is_exact(tiny) -> None:
@@ -111,3 +114,36 @@ def test_hf_gradient_checkpointing_is_exact(tiny) -> None:
     for name, grad in ref_grads.items():
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-6, atol=1e-7, msg=name)
     assert got_saved < ref_saved / 2
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_checkpointed_norms_give_bitwise_equal_gradients_and_keep_less(tiny, share) -> None:
+    """``ppo.checkpoint_norms``: bitwise-equal statistics and gradients (also on top of the
+    checkpointed MLPs); each RMSNorm no longer keeps its normalised ``[tokens, d]``
+    intermediate (fp32), so the kept bytes fall by at least ``norms x positions x d x 4``."""
+    ids, attn, loss_mask, groups = multi_turn_batch(tiny.config.vocab_size, seed=8)
+    g = groups if share else None
+    checkpoint_mlps(tiny)
+    ref, ref_grads, ref_saved = _grads(tiny, ids, attn, loss_mask, g)
+    layers = tiny.config.num_hidden_layers
+    assert checkpoint_norms(tiny) == 2 * layers + 1  # two per layer and the final norm
+    assert checkpoint_norms(tiny) == 2 * layers + 1  # idempotent
+    got, got_grads, got_saved = _grads(tiny, ids, attn, loss_mask, g)
+    for name in ("logprob", "entropy", "t1", "t2"):
+        assert torch.equal(getattr(got, name), getattr(ref, name)), name
+    for name, grad in ref_grads.items():
+        assert torch.equal(got_grads[name], grad), name
+    fed: list[int] = []
+    hook = tiny.model.layers[0].input_layernorm.register_forward_hook(
+        lambda _m, inp, _o: fed.append(inp[0].shape[0] * inp[0].shape[1])
+    )
+    with torch.no_grad():
+        sequence_token_stats(tiny, ids, attn, loss_mask=loss_mask, groups=g, fused_head=True)
+    hook.remove()
+    d = tiny.config.hidden_size
+    assert ref_saved - got_saved >= 2 * layers * sum(fed) * d * 4
+
+
+def test_checkpoint_norms_rejects_a_model_without_rmsnorm() -> None:
+    with pytest.raises(ValueError, match="ppo.checkpoint_norms"):
+        checkpoint_norms(torch.nn.Sequential(torch.nn.LayerNorm(2)))

@@ -230,7 +230,7 @@ def _compare(out: Path, *extra: str) -> int:
 
 def _untimed(run: Path) -> list[dict]:
     return [
-        {k: v for k, v in r.items() if not k.startswith(("time/", "tokens_per_s"))}
+        {k: v for k, v in r.items() if not k.startswith(("time/", "tokens_per_s", "memory/"))}
         for r in read_metrics(run)
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -34,3 +35,44 @@ def test_memory_metrics_are_the_process_figures() -> None:
     assert set(m) == {"memory/rss_mib", "memory/peak_rss_mib"}
     assert 0 < m["memory/rss_mib"] <= m["memory/peak_rss_mib"] * 1.001 + 1
     assert peak_rss_mib() >= m["memory/peak_rss_mib"]
+
+
+#: 2 MiB blocks freed between kept ones, after one 40 MiB block was freed (which raises glibc's
+#: dynamic mmap threshold to 40 MiB, as a first large tensor freed in a training step does).
+BLOCKS = """
+import sys
+from entropace.train.memory import rss_mib, tune_allocator
+if sys.argv[1] == "tuned":
+    assert tune_allocator() is True
+first = bytearray(40 << 20)
+del first
+blocks = [bytearray(b"\\x01" * (2 << 20)) for _ in range(150)]  # 300 MiB
+keep = blocks[::50]
+del blocks
+print(rss_mib())
+"""
+
+
+def _python(code: str, *args: str, **env: str) -> str:
+    import subprocess
+
+    full = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"} | env
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=full, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+@glibc
+def test_tune_allocator_gives_large_blocks_back_when_freed() -> None:
+    """With the tuned allocator each 2 MiB block had its own mapping and the RSS falls as soon
+    as it is freed; with glibc's default they stay in the heap."""
+    default, tuned = float(_python(BLOCKS, "default")), float(_python(BLOCKS, "tuned"))
+    assert default - tuned > 200, (default, tuned)
+
+
+@glibc
+def test_a_users_malloc_mmap_threshold_is_left_alone() -> None:
+    code = "from entropace.train.memory import tune_allocator; print(tune_allocator())"
+    assert _python(code, MALLOC_MMAP_THRESHOLD_="65536") == "False"
+    assert _python(code) == "True"

@@ -162,7 +162,7 @@ def test_smollm2_shared_prefix_equals_plain_for_one_micro_batch() -> None:
 
 
 def test_group_micro_batches_partition_rows_and_keep_group_mates_together() -> None:
-    from entropace.train.learner import group_micro_batches
+    from entropace.train.micro_batches import group_micro_batches
 
     ids = torch.tensor([2, 0, 1, 0, 0, 1, 3, 0, 2])
     for size in (1, 2, 3, 4, 9):

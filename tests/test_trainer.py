@@ -29,7 +29,7 @@ OVERRIDES = [
     "rollout.temperature=1.0", "optim.lr=3e-3", "ppo.epochs=2", "ppo.num_minibatches=2",
     "ppo.micro_batch_size=2", "log.checkpoint_every=1", "log.keep_last=2", "log.progress=false",
 ]  # fmt: skip
-TIMING = ("time/", "tokens_per_s")
+TIMING = ("time/", "tokens_per_s", "memory/")
 
 
 def untimed(rows: list[dict]) -> list[dict]:
@@ -102,7 +102,7 @@ def test_metrics_follow_the_run_directory_contract(full_run) -> None:
             "clip_frac_low", "clip_frac_high", "polarity/pos_mass", "polarity/neg_mass",
             "polarity/w_plus", "polarity/w_minus", "polarity/u", "polarity/rho",
             "time/generation", "time/stats", "time/update", "time/step", "tokens_per_s",
-            "skipped_steps", "abnormal"]  # fmt: skip
+            "memory/rss_mib", "memory/peak_rss_mib", "skipped_steps", "abnormal"]  # fmt: skip
     for row in rows:
         for task in ("letter", "letter2"):
             for key in per_task:

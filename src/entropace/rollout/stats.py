@@ -331,14 +331,23 @@ def _shared_prefix_hidden(
     model: Any, backbone: Any, ids: Tensor, mask: Tensor, position_ids: Tensor, groups: Tensor
 ) -> Tensor:
     """The backbone's last hidden states ``[rows, used, d]`` of one micro-batch, each group's
-    common prefix run once and its KV cache expanded to the group (module docstring)."""
+    common prefix run once and its KV cache expanded to the group (module docstring).
+
+    Each group runs only up to its own longest row (rows are right-padded): a micro-batch
+    that holds a short group next to a long one does not pad the short group's tails to the
+    long one's length; its hidden states are zero-padded to ``used`` afterwards (those columns
+    are padding of every row of the group, never read)."""
     from transformers import DynamicCache
 
+    used = ids.shape[1]
     indices, hiddens = [], []
     for g in torch.unique(groups, sorted=False).tolist():
         index = (groups == g).nonzero().flatten()
-        g_ids, g_mask, g_pos = ids[index], mask[index], position_ids[index]
-        prefix = _common_prefix(g_ids, g_mask, ids.shape[1])
+        cols = mask[index].any(dim=0).nonzero()
+        g_used = int(cols.max()) + 1 if cols.numel() else 1
+        g_ids, g_mask = ids[index, :g_used], mask[index, :g_used]
+        g_pos = position_ids[index, :g_used]
+        prefix = _common_prefix(g_ids, g_mask, g_used)
         if len(index) < 2 or prefix < 2:  # nothing to share: one plain pass for these rows
             hidden = _backbone_hidden(backbone, g_ids, g_mask, g_pos)
         else:
@@ -353,6 +362,8 @@ def _shared_prefix_hidden(
                 position_ids=g_pos[:, prefix:], **{CACHE_ARG: cache}, use_cache=True,
             ).last_hidden_state  # fmt: skip
             hidden = torch.cat([head.expand(len(index), -1, -1), tail], dim=1)
+        if g_used < used:
+            hidden = torch.nn.functional.pad(hidden, (0, 0, 0, used - g_used))
         indices.append(index)
         hiddens.append(hidden)
     order = torch.cat(indices).to(ids.device)

@@ -164,7 +164,10 @@ class PPOConfig:
     materialised logits (``logits_to_keep``), the old path. ``checkpoint_mlp``: recompute
     each decoder layer's MLP in the backward pass instead of keeping its activations (about
     half of them; exact, compatible with ``share_prefix``; one more MLP forward per
-    micro-batch; :func:`entropace.train.learner.checkpoint_mlps`). ``skip_inert``: leave
+    micro-batch; :func:`entropace.train.recompute.checkpoint_mlps`). ``checkpoint_norms``:
+    recompute each RMSNorm in the backward pass (its normalised intermediate, one
+    ``[tokens, d]`` per norm, is not kept; exact, compatible with ``share_prefix``;
+    :func:`entropace.train.recompute.checkpoint_norms`). ``skip_inert``: leave
     out of the forward/backward passes the trajectories whose advantage is 0 on every token
     (a group whose rewards are all equal), when they contribute exactly nothing: the loss is
     ``advantage_weighted`` and ``row_local`` (:class:`entropace.algos.PolicyLoss`) and there
@@ -176,6 +179,11 @@ class PPOConfig:
     per-task values) then cover the trajectories that ran, i.e. those that carry gradient: a
     task none of whose trajectories ran has no per-task flag metrics. ``update/trained_rows_frac``
     is the fraction of the step's trajectory-updates that ran. Off: every trajectory runs.
+    ``micro_batch_tokens``: also cap each micro-batch at this many token positions run by its
+    forward (a group's shared prefix counted once; :mod:`entropace.train.micro_batches`), so
+    that the activations one micro-batch keeps are bounded whatever the trajectories'
+    lengths; ``None``: ``micro_batch_size`` rows only. A trajectory longer than the cap runs
+    alone. Any partition gives the same loss and gradients (global counts).
     """
 
     epochs: int = 2
@@ -185,7 +193,9 @@ class PPOConfig:
     share_prefix: bool = True
     fused_head: bool = True
     checkpoint_mlp: bool = False
+    checkpoint_norms: bool = False
     skip_inert: bool = True
+    micro_batch_tokens: int | None = None
 
 
 @dataclass
@@ -340,6 +350,8 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     p = cfg.ppo
     for key in ("epochs", "num_minibatches", "micro_batch_size"):
         check_positive(f"ppo.{key}", getattr(p, key))
+    if p.micro_batch_tokens is not None:
+        check_positive("ppo.micro_batch_tokens", p.micro_batch_tokens)
 
     # the controllers' configs (algorithm.pacer / polarity / bapo) validate themselves on
     # construction; build_dataclass reports their errors under their dotted key.

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils.checkpoint
 from torch import Tensor
 
 import entropace.algos as algos
@@ -25,6 +24,12 @@ from entropace.algos.aggregation import loss_counts
 from entropace.control import ClipRule
 from entropace.rollout import sequence_token_stats
 from entropace.train.config import TrainConfig
+from entropace.train.micro_batches import (
+    group_micro_batches,
+    shared_prefix_lengths,
+    token_micro_batches,
+)
+from entropace.train.recompute import checkpoint_mlps, checkpoint_norms
 
 #: ``reference(input_ids[b, L], attention_mask[b, L]) -> logprobs[b, L]`` of the frozen
 #: reference policy, token-aligned like the batch.
@@ -66,54 +71,8 @@ class Learner:
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         if self.cfg.ppo.checkpoint_mlp:
             checkpoint_mlps(self.model)
-
-
-# ---------------------------------------------------------------------------------------------
-# activation memory: recompute the MLPs in the backward pass
-# ---------------------------------------------------------------------------------------------
-
-
-def _checkpointed(forward: Callable[[Tensor], Tensor], module: torch.nn.Module):
-    def run(x: Tensor) -> Tensor:
-        if module.training and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(forward, x, use_reentrant=False)
-        return forward(x)
-
-    run.entropace_checkpointed = True  # type: ignore[attr-defined]
-    return run
-
-
-def checkpoint_mlps(model: torch.nn.Module) -> int:
-    """Recompute every decoder layer's MLP in the backward pass instead of keeping its
-    activations (``ppo.checkpoint_mlp``); returns the number of MLPs wrapped (idempotent).
-
-    A Llama-style MLP ``down(act(gate(x)) * up(x))`` keeps four ``[tokens, d_ff]`` tensors for
-    its backward (``d_ff = 1536`` for SmolLM2-135M: 24 KiB per token and layer in fp32, about
-    half of a layer's activations); checkpointed, it keeps only ``x``. Exact: the recompute
-    runs the same kernels on the same inputs (``torch.utils.checkpoint``, non-reentrant), so
-    values and gradients are bitwise those of the plain pass. Unlike
-    ``model.gradient_checkpointing`` (whole layers, which turns the key/value cache off), it
-    leaves attention alone, so the shared-prefix path (``ppo.share_prefix``) stays on. Costs
-    one more MLP forward per micro-batch (about a quarter of the update's compute). The
-    module tree and the ``state_dict`` are unchanged (the instance's ``forward`` is wrapped).
-
-    Raises:
-        ValueError: the model has no decoder layer with ``self_attn`` and ``mlp`` submodules.
-    """
-    count = 0
-    for layer in model.modules():
-        mlp = getattr(layer, "mlp", None)
-        if not isinstance(mlp, torch.nn.Module) or not hasattr(layer, "self_attn"):
-            continue
-        if not getattr(mlp.forward, "entropace_checkpointed", False):
-            mlp.forward = _checkpointed(mlp.forward, mlp)
-        count += 1
-    if count == 0:
-        raise ValueError(
-            f"ppo.checkpoint_mlp: {type(model).__name__} has no decoder layer with self_attn and "
-            "mlp submodules; turn ppo.checkpoint_mlp off (or use model.gradient_checkpointing)"
-        )
-    return count
+        if self.cfg.ppo.checkpoint_norms:
+            checkpoint_norms(self.model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,15 +187,8 @@ def accumulate_gradients(
     seq_norm = a.seq_norm if a.seq_norm is not None else float(cfg.rollout.max_episode_tokens)
     k = len(cfg.tasks.names)
     total: dict[str, Tensor] = {}
-    size = cfg.ppo.micro_batch_size
     run = mb if rows is None else mb.select(rows)  # the rows that run forward/backward
-    if cfg.ppo.share_prefix and run.group_ids is not None:
-        # micro-batches that keep group-mates together, so that they share their prompt (any
-        # partition gives the same loss: every micro-batch uses the mini-batch's global counts)
-        micro_batches = group_micro_batches(run.group_ids.cpu(), size)
-    else:
-        micro_batches = list(torch.split(torch.arange(run.input_ids.shape[0]), size))
-    for index in micro_batches:
+    for index in plan_micro_batches(run, cfg):
         micro = run.select(index)
         logprobs, entropy = current_logprobs(learner.model, micro, cfg, grad=True)
         inputs = algos.LossInputs(
@@ -275,27 +227,24 @@ def accumulate_gradients(
     return total
 
 
-def group_micro_batches(group_ids: Tensor, size: int) -> list[Tensor]:
-    """A partition of rows ``0..b-1`` into micro-batches of at most ``size`` rows that keeps
-    group-mates together: each group's rows in full chunks of ``size``, then the groups'
-    remainders (fewer than ``size`` rows each, never split) packed in order into chunks."""
-    chunks: list[list[int]] = []
-    rests: list[list[int]] = []
-    for g in torch.unique(group_ids, sorted=True).tolist():
-        rows = (group_ids == g).nonzero().flatten().tolist()
-        full = len(rows) - len(rows) % size
-        chunks += [rows[i : i + size] for i in range(0, full, size)]
-        if full < len(rows):
-            rests.append(rows[full:])
-    current: list[int] = []
-    for rest in rests:
-        if len(current) + len(rest) > size:
-            chunks.append(current)
-            current = []
-        current = current + rest
-    if current:
-        chunks.append(current)
-    return [torch.tensor(c, dtype=torch.long) for c in chunks]
+def plan_micro_batches(mb: MiniBatch, cfg: TrainConfig) -> list[Tensor]:
+    """The micro-batches of ``mb`` (row indices; :mod:`entropace.train.micro_batches`): at most
+    ``ppo.micro_batch_size`` rows, group-mates together with ``ppo.share_prefix`` (so that
+    they share their prompt), and at most ``ppo.micro_batch_tokens`` positions when set. Any
+    partition gives the same loss: every micro-batch uses the mini-batch's global counts."""
+    size, budget = cfg.ppo.micro_batch_size, cfg.ppo.micro_batch_tokens
+    share = cfg.ppo.share_prefix and mb.group_ids is not None
+    rows = torch.arange(mb.input_ids.shape[0])
+    if budget is not None:
+        groups = mb.group_ids.cpu() if mb.group_ids is not None else rows
+        ids, attn = mb.input_ids.cpu(), mb.attention_mask.cpu()
+        prefixes = shared_prefix_lengths(ids, attn, groups) if share else torch.zeros_like(rows)
+        return token_micro_batches(
+            groups, attn.sum(dim=1), prefixes, max_rows=size, max_tokens=budget, share=share
+        )
+    if share:
+        return group_micro_batches(mb.group_ids.cpu(), size)
+    return list(torch.split(rows, size))
 
 
 def _grads_finite(params: list[torch.nn.Parameter]) -> bool:

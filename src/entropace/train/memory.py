@@ -9,10 +9,21 @@ step. Measured on the ``quick`` preset (SmolLM2-135M, ``benchmarks/results/train
 the first update the heap held 3.2 GB of which 2.0 GB was free, and the third step's update
 peaked at 6.5 GB where the first peaked at 4.5 GB.
 
-:func:`release_memory` (``gc.collect()`` then glibc's ``malloc_trim(0)``, which returns the
-free pages of every heap region to the kernel) is called by the trainer after each rollout and
-each update: cheap (milliseconds), exact (no tensor is touched), and a no-op where the C library
-is not glibc. The RSS and the process's peak RSS are logged every step (``memory/rss_mib``,
+Two remedies, both exact (no tensor is touched) and no-ops where the C library is not glibc:
+
+* :func:`tune_allocator` (the trainer calls it once, at the start of ``train``): serve every
+  allocation of :data:`MMAP_THRESHOLD` bytes or more with its own ``mmap``, so that freeing a
+  large tensor gives its pages back at once instead of leaving a hole in the heap (glibc's
+  default threshold starts at 128 KiB and rises, after large frees, up to 32 MiB, which is
+  why activations end up in the heap). Measured on one quick-preset micro-batch (4 rows of a
+  610-token group, SmolLM2-135M, forward + backward): the RSS rise 1,936 -> 1,331 MiB, for
+  about 8% more CPU time (page faults of the fresh mappings). A threshold the user set through
+  glibc's own ``MALLOC_MMAP_THRESHOLD_`` environment variable is left alone.
+* :func:`release_memory` (``gc.collect()`` then ``malloc_trim(0)``, which returns the free pages
+  of every heap region to the kernel), called by the trainer after each rollout and each
+  update: milliseconds.
+
+The RSS and the process's peak RSS are logged every step (``memory/rss_mib``,
 ``memory/peak_rss_mib``) so that a run's memory is visible, not guessed.
 """
 
@@ -21,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 import resource
 import sys
 from functools import cache
@@ -40,7 +52,29 @@ def _libc() -> Any | None:
         return None
     libc.malloc_trim.argtypes = [ctypes.c_size_t]
     libc.malloc_trim.restype = ctypes.c_int
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
     return libc
+
+
+#: Allocations of at least this many bytes get their own mapping (:func:`tune_allocator`).
+MMAP_THRESHOLD = 1 << 20
+#: glibc's ``mallopt`` parameter numbers (``malloc.h``).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def tune_allocator(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Make glibc ``mmap`` every allocation of ``threshold`` bytes or more (and trim the heap
+    top beyond it), unless ``MALLOC_MMAP_THRESHOLD_`` is set in the environment.
+
+    Returns True if the setting was applied.
+    """
+    libc = _libc()
+    if libc is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    ok = libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
+    ok = libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)) == 1 and ok
+    return ok
 
 
 def release_memory() -> bool:

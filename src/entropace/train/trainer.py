@@ -56,6 +56,7 @@ from entropace.train.config import (
 )
 from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
+from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.update import token_advantages, update_step
 
@@ -396,6 +397,7 @@ def train(
     prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
+    tune_allocator()  # large tensors in their own mappings: freed memory returns (train/memory.py)
 
     # Components (torchtune style: built here, composed in the Learner)
     model, tokenizer, device = build_model(cfg.model)
@@ -457,11 +459,13 @@ def train(
                     model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
                     task_names=cfg.tasks.names, seed=seed,
                 )  # fmt: skip
+                release_memory()  # the rollout's freed caches back to the kernel
                 batch = rollout.batch.to(device)
                 audit = start_audit(cfg, model, batch, step)  # None unless an audited step
                 t_update = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed)
                 metrics = update_step(learner, batch, generator=generator)
+                release_memory()  # the update's freed activations back to the kernel
                 metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
                 metrics.update(rollout.task_error_rates())
                 if audit is not None:
@@ -474,6 +478,7 @@ def train(
                 metrics["time/update"] = now - t_update
                 metrics["time/step"] = now - t_step
                 metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
+                metrics.update(memory_metrics())
                 row = writer.write(step, metrics)
                 bar.update(1)
                 bar.set_postfix(_postfix(row), refresh=False)
