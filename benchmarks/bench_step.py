@@ -17,8 +17,8 @@ Paths: ``old`` = every issue-12 switch off (``rollout.share_prefix``, ``rollout.
 ``rollout.stats_from_generation`` false, ``ppo.checkpoint_mlp`` / ``checkpoint_norms`` /
 ``skip_inert`` false, ``ppo.micro_batch_tokens`` null); ``new`` = the preset as shipped. Settings that are not
 issue-12 switches (``rollout.generation_batch_size``, micro-batch rows) are the preset's in
-both paths, so both sample the same tokens. As in the trainer, freed heap memory is returned
-after the rollout (``entropace.train.memory.release_memory``). Reported per step and path: generation / statistics / update CPU seconds (process
+both paths, so both sample the same tokens. As in the trainer, large allocations get their own
+mappings and freed heap memory is returned after the rollout (``entropace.train.memory``). Reported per step and path: generation / statistics / update CPU seconds (process
 CPU time: on a shared machine wall times swing with the other jobs' load), wall seconds, peak
 RSS of the process (``ru_maxrss``: model load, rollout and update), and whether both paths
 sampled the same tokens. ``--check-stats`` also recomputes the new path's statistics with the
@@ -55,11 +55,12 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
     from entropace.rollout import collect_rollouts, sequence_token_stats
     from entropace.train.config import load_config
     from entropace.train.data import TaskSampler
-    from entropace.train.memory import release_memory
+    from entropace.train.memory import release_memory, tune_allocator
     from entropace.train.trainer import build_learner, build_model, rollout_requests, step_seed
     from entropace.train.update import update_step
 
     cfg = load_config(preset, overrides)
+    tune_allocator()  # as the trainer does at its start
     torch.manual_seed(cfg.seed)
     model, tok, _ = build_model(cfg.model)
     sampler = TaskSampler(cfg.tasks)
@@ -84,7 +85,11 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
         "ids_hash": hash(tuple(batch.input_ids.flatten().tolist())),
         "real_reward_variance_groups": int(
             sum(
-                float(batch.rewards[batch.group_ids == g].std()) > 0
+                float(
+                    batch.rewards[batch.group_ids == g].max()
+                    - batch.rewards[batch.group_ids == g].min()
+                )
+                > 0
                 for g in batch.group_ids.unique()
                 if int((batch.group_ids == g).sum()) > 1
             )

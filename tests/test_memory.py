@@ -68,7 +68,7 @@ def test_tune_allocator_gives_large_blocks_back_when_freed() -> None:
     """With the tuned allocator each 2 MiB block had its own mapping and the RSS falls as soon
     as it is freed; with glibc's default they stay in the heap."""
     default, tuned = float(_python(BLOCKS, "default")), float(_python(BLOCKS, "tuned"))
-    assert default - tuned > 200, (default, tuned)
+    assert default - tuned > 150, (default, tuned)  # of 294 MiB freed
 
 
 @glibc

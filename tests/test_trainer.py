@@ -28,6 +28,8 @@ OVERRIDES = [
     "rollout.max_new_tokens_per_turn=6", "rollout.max_episode_tokens=96",
     "rollout.temperature=1.0", "optim.lr=3e-3", "ppo.epochs=2", "ppo.num_minibatches=2",
     "ppo.micro_batch_size=2", "log.checkpoint_every=1", "log.keep_last=2", "log.progress=false",
+    # the update's memory paths on (exact; resume must stay exact with them)
+    "ppo.micro_batch_tokens=48", "ppo.checkpoint_mlp=true", "ppo.checkpoint_norms=true",
 ]  # fmt: skip
 TIMING = ("time/", "tokens_per_s", "memory/")
 
