@@ -151,39 +151,30 @@ class OptimConfig:
 @dataclass
 class PPOConfig:
     """How one rollout batch is consumed: ``epochs`` passes, each split into
-    ``num_minibatches`` optimiser steps, each accumulated over micro-batches of
-    ``micro_batch_size`` trajectories (the log-prob chunking is ``rollout.stats_chunk_size``).
-    Optimiser steps per training step = ``epochs * num_minibatches``; clip rules only act
-    when that is > 1. ``share_prefix``: the trajectories of a group in one micro-batch run
-    their common prompt prefix once, in the forward and the backward pass (the same loss and
-    gradients up to round-off; :func:`entropace.rollout.sequence_token_stats`).
-    ``fused_head``: the update's forward takes the backbone's hidden states on the policy
-    rows only and fuses the LM head with the log-prob / entropy computation
-    (:func:`entropace.algos.hidden_token_stats`): no ``[b, L, V]`` logits, no LM head on
-    prompt or observation tokens; the same loss and gradients up to round-off. Off: the
-    materialised logits (``logits_to_keep``), the old path. ``checkpoint_mlp``: recompute
-    each decoder layer's MLP in the backward pass instead of keeping its activations (about
-    half of them; exact, compatible with ``share_prefix``; one more MLP forward per
-    micro-batch; :func:`entropace.train.recompute.checkpoint_mlps`). ``checkpoint_norms``:
-    recompute each RMSNorm in the backward pass (its normalised intermediate, one
-    ``[tokens, d]`` per norm, is not kept; exact, compatible with ``share_prefix``;
-    :func:`entropace.train.recompute.checkpoint_norms`). ``skip_inert``: leave
-    out of the forward/backward passes the trajectories whose advantage is 0 on every token
-    (a group whose rewards are all equal), when they contribute exactly nothing: the loss is
-    ``advantage_weighted`` and ``row_local`` (:class:`entropace.algos.PolicyLoss`) and there
-    is no KL or entropy term (``algorithm.kl_beta = entropy_coef = 0``). The rows are left
-    out after the mini-batch split and the loss keeps the mini-batch's global token /
-    sequence counts, so the loss, the gradients and the optimiser steps are those of the full
-    passes (up to float round-off); a mini-batch with no row left takes a zero-gradient
-    optimiser step. The loss-side metrics (``clip_frac_*``, ``approx_kl``, ``loss/*``, their
-    per-task values) then cover the trajectories that ran, i.e. those that carry gradient: a
-    task none of whose trajectories ran has no per-task flag metrics. ``update/trained_rows_frac``
-    is the fraction of the step's trajectory-updates that ran. Off: every trajectory runs.
-    ``micro_batch_tokens``: also cap each micro-batch at this many token positions run by its
-    forward (a group's shared prefix counted once; :mod:`entropace.train.micro_batches`), so
-    that the activations one micro-batch keeps are bounded whatever the trajectories'
-    lengths; ``None``: ``micro_batch_size`` rows only. A trajectory longer than the cap runs
-    alone. Any partition gives the same loss and gradients (global counts).
+    ``num_minibatches`` optimiser steps (clip rules act only when there are several), each
+    accumulated over micro-batches with the mini-batch's global token / sequence counts, so
+    that any partition gives the same loss and gradients. Every switch below is exact (the
+    same loss and gradients up to float round-off; docs/training.md has the measurements).
+
+    Attributes:
+        micro_batch_size: trajectories per micro-batch at most.
+        micro_batch_tokens: also at most this many token positions run by a micro-batch's
+            forward, a group's shared prefix counted once (:mod:`entropace.train.micro_batches`;
+            a longer trajectory runs alone); None: rows only.
+        share_prefix: a group's trajectories in one micro-batch run their common prompt once,
+            forward and backward (:func:`entropace.rollout.sequence_token_stats`).
+        fused_head: the LM head fused with the log-prob / entropy computation on the policy
+            tokens only (:func:`entropace.algos.hidden_token_stats`): no ``[b, L, V]`` logits.
+        checkpoint_mlp, checkpoint_norms: recompute each decoder layer's MLP / each RMSNorm in
+            the backward pass instead of keeping their activations (:mod:`entropace.train.recompute`).
+        skip_inert: trajectories whose advantage is 0 on every token (a group with all-equal
+            rewards) skip the forward/backward passes when they contribute exactly nothing: an
+            ``advantage_weighted``, ``row_local`` loss (:class:`entropace.algos.PolicyLoss`) and
+            ``algorithm.kl_beta = entropy_coef = 0``. A mini-batch with no row left takes a
+            zero-gradient optimiser step. The loss-side metrics (``clip_frac_*``,
+            ``approx_kl``, ``loss/*``) then cover the trajectories that ran; a task none of
+            whose trajectories ran has no per-task flag metrics; ``update/trained_rows_frac``
+            is the fraction that ran.
     """
 
     epochs: int = 2
