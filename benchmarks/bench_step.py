@@ -83,16 +83,9 @@ def child(preset: str, overrides: list[str], step: int, force: bool, check: bool
         "episodes": result.counts["episodes"],
         "generated_tokens": result.counts["generated_tokens"],
         "ids_hash": hash(tuple(batch.input_ids.flatten().tolist())),
-        "real_reward_variance_groups": int(
-            sum(
-                float(
-                    batch.rewards[batch.group_ids == g].max()
-                    - batch.rewards[batch.group_ids == g].min()
-                )
-                > 0
-                for g in batch.group_ids.unique()
-                if int((batch.group_ids == g).sum()) > 1
-            )
+        "real_reward_variance_groups": sum(  # max > min: exact (a float std has round-off)
+            bool(r.max() > r.min())
+            for r in (batch.rewards[batch.group_ids == g] for g in batch.group_ids.unique())
         ),
     }
     if check:

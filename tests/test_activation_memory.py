@@ -47,6 +47,26 @@ def _grads(model, ids, attn, loss_mask, groups, fused=True):
     return st, grads, sum(saved.values())
 
 
+def _assert_bitwise_equal(got, ref, got_grads, ref_grads) -> None:
+    for name in ("logprob", "entropy", "t1", "t2"):
+        assert torch.equal(getattr(got, name), getattr(ref, name)), name
+    for name, grad in ref_grads.items():
+        assert torch.equal(got_grads[name], grad), name
+
+
+def _positions(model, module, ids, attn, loss_mask, groups) -> int:
+    """Token positions ``module`` runs in one no-grad pass (every real token once, minus
+    the shared prefixes)."""
+    fed: list[int] = []
+    hook = module.register_forward_hook(
+        lambda _m, inp, _o: fed.append(inp[0].shape[0] * inp[0].shape[1])
+    )
+    with torch.no_grad():
+        sequence_token_stats(model, ids, attn, loss_mask=loss_mask, groups=groups, fused_head=True)
+    hook.remove()
+    return sum(fed)
+
+
 @pytest.mark.parametrize("share", [False, True])
 def test_checkpointed_mlps_give_bitwise_equal_gradients_and_keep_less(tiny, share) -> None:
     ids, attn, loss_mask, groups = multi_turn_batch(tiny.config.vocab_size, seed=8)
@@ -57,21 +77,11 @@ def test_checkpointed_mlps_give_bitwise_equal_gradients_and_keep_less(tiny, shar
     assert checkpoint_mlps(tiny) == tiny.config.num_hidden_layers  # idempotent
     assert tiny.state_dict().keys() == state.keys()  # checkpoints load as before
     got, got_grads, got_saved = _grads(tiny, ids, attn, loss_mask, g)
-    for name in ("logprob", "entropy", "t1", "t2"):
-        assert torch.equal(getattr(got, name), getattr(ref, name)), name
-    for name, grad in ref_grads.items():
-        assert torch.equal(got_grads[name], grad), name
-    # the MLP's gate, act(gate), up and product ([tokens, d_ff] fp32 each) are no longer
-    # kept; the positions each layer runs: every real token once, minus the shared prefixes
-    fed: list[int] = []
-    hook = tiny.model.layers[0].mlp.register_forward_hook(
-        lambda _m, inp, _o: fed.append(inp[0].shape[0] * inp[0].shape[1])
-    )
-    with torch.no_grad():
-        sequence_token_stats(tiny, ids, attn, loss_mask=loss_mask, groups=g, fused_head=True)
-    hook.remove()
+    _assert_bitwise_equal(got, ref, got_grads, ref_grads)
+    # the MLP's gate, act(gate), up and product ([tokens, d_ff] fp32 each) are no longer kept
+    positions = _positions(tiny, tiny.model.layers[0].mlp, ids, attn, loss_mask, g)
     d_ff, layers = tiny.config.intermediate_size, tiny.config.num_hidden_layers
-    assert ref_saved - got_saved == 4 * d_ff * 4 * layers * sum(fed)
+    assert ref_saved - got_saved == 4 * d_ff * 4 * layers * positions
 
 
 def test_checkpoint_mlp_rejects_a_model_without_decoder_layers() -> None:
@@ -120,7 +130,8 @@ def test_hf_gradient_checkpointing_is_exact(tiny) -> None:
 def test_checkpointed_norms_give_bitwise_equal_gradients_and_keep_less(tiny, share) -> None:
     """``ppo.checkpoint_norms``: bitwise-equal statistics and gradients (also on top of the
     checkpointed MLPs); each RMSNorm no longer keeps its normalised ``[tokens, d]``
-    intermediate (fp32), so the kept bytes fall by at least ``norms x positions x d x 4``."""
+    intermediate and its ``[tokens, 1]`` rsqrt (fp32): the kept bytes fall by exactly
+    ``norms x positions x (d + 1) x 4``."""
     ids, attn, loss_mask, groups = multi_turn_batch(tiny.config.vocab_size, seed=8)
     g = groups if share else None
     checkpoint_mlps(tiny)
@@ -129,19 +140,12 @@ def test_checkpointed_norms_give_bitwise_equal_gradients_and_keep_less(tiny, sha
     assert checkpoint_norms(tiny) == 2 * layers + 1  # two per layer and the final norm
     assert checkpoint_norms(tiny) == 2 * layers + 1  # idempotent
     got, got_grads, got_saved = _grads(tiny, ids, attn, loss_mask, g)
-    for name in ("logprob", "entropy", "t1", "t2"):
-        assert torch.equal(getattr(got, name), getattr(ref, name)), name
-    for name, grad in ref_grads.items():
-        assert torch.equal(got_grads[name], grad), name
-    fed: list[int] = []
-    hook = tiny.model.layers[0].input_layernorm.register_forward_hook(
-        lambda _m, inp, _o: fed.append(inp[0].shape[0] * inp[0].shape[1])
-    )
-    with torch.no_grad():
-        sequence_token_stats(tiny, ids, attn, loss_mask=loss_mask, groups=g, fused_head=True)
-    hook.remove()
+    _assert_bitwise_equal(got, ref, got_grads, ref_grads)
+    # each norm no longer keeps x * rsqrt(mean(x^2) + eps) ([tokens, d]) nor the rsqrt
+    # ([tokens, 1]), fp32; every norm (the final one too) runs the same positions
+    positions = _positions(tiny, tiny.model.layers[0].input_layernorm, ids, attn, loss_mask, g)
     d = tiny.config.hidden_size
-    assert ref_saved - got_saved >= 2 * layers * sum(fed) * d * 4
+    assert ref_saved - got_saved == (2 * layers + 1) * positions * (d + 1) * 4
 
 
 def test_checkpoint_norms_rejects_a_model_without_rmsnorm() -> None:

@@ -84,8 +84,8 @@ def micro_batch_cost(
     total = 0
     for mates in members.values():
         longest = max(lengths[r] for r in mates)
-        prefix = min(prefixes[mates[0]], longest - 1) if len(mates) > 1 else 0
-        total += max(prefix, 0) + len(mates) * (longest - max(prefix, 0))
+        prefix = max(min(prefixes[mates[0]], longest - 1), 0) if len(mates) > 1 else 0
+        total += prefix + len(mates) * (longest - prefix)
     return total
 
 

@@ -38,6 +38,15 @@ def _checkpointed(
     return run
 
 
+def _wrap(modules: list[torch.nn.Module]) -> int:
+    """Checkpoint each module's ``forward`` (once: already wrapped ones are left); returns
+    ``len(modules)``."""
+    for module in modules:
+        if not getattr(module.forward, "entropace_checkpointed", False):
+            module.forward = _checkpointed(module.forward, module)
+    return len(modules)
+
+
 def checkpoint_mlps(model: torch.nn.Module) -> int:
     """Recompute every decoder layer's MLP in the backward pass instead of keeping its
     activations (``ppo.checkpoint_mlp``); returns the number of MLPs wrapped (idempotent).
@@ -55,14 +64,12 @@ def checkpoint_mlps(model: torch.nn.Module) -> int:
     Raises:
         ValueError: the model has no decoder layer with ``self_attn`` and ``mlp`` submodules.
     """
-    count = 0
-    for layer in model.modules():
-        mlp = getattr(layer, "mlp", None)
-        if not isinstance(mlp, torch.nn.Module) or not hasattr(layer, "self_attn"):
-            continue
-        if not getattr(mlp.forward, "entropace_checkpointed", False):
-            mlp.forward = _checkpointed(mlp.forward, mlp)
-        count += 1
+    mlps = [
+        layer.mlp
+        for layer in model.modules()
+        if isinstance(getattr(layer, "mlp", None), torch.nn.Module) and hasattr(layer, "self_attn")
+    ]
+    count = _wrap(mlps)
     if count == 0:
         raise ValueError(
             f"ppo.checkpoint_mlp: {type(model).__name__} has no decoder layer with self_attn and "
@@ -80,13 +87,7 @@ def checkpoint_norms(model: torch.nn.Module) -> int:
     Raises:
         ValueError: the model has no RMSNorm module.
     """
-    count = 0
-    for module in model.modules():
-        if not type(module).__name__.endswith("RMSNorm"):
-            continue
-        if not getattr(module.forward, "entropace_checkpointed", False):
-            module.forward = _checkpointed(module.forward, module)
-        count += 1
+    count = _wrap([m for m in model.modules() if type(m).__name__.endswith("RMSNorm")])
     if count == 0:
         raise ValueError(
             f"ppo.checkpoint_norms: {type(model).__name__} has no RMSNorm module; turn "
