@@ -102,7 +102,7 @@ def saved_tensors_table(prompt: int = max(PROMPTS)) -> list[str]:
 
     from entropace.models import load_model
     from entropace.rollout import sequence_token_stats
-    from entropace.train.learner import checkpoint_mlps
+    from entropace.train.recompute import checkpoint_mlps
 
     model, _ = load_model("smollm2-135m")
     model.train()
