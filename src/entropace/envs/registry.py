@@ -1,25 +1,19 @@
 """Registry of environment families and their seed-range task sets.
 
 ``make(name, **options)`` builds a fresh, turn-limited environment. A *task set* is a seed
-range: the ``train`` and ``test`` splits never overlap, and the same seed always gives the
-same instance and gold answer.
+range (:data:`entropace.envs.splits.SPLITS`); each family draws a seed's instance from that
+split's content pool (:mod:`entropace.envs.splits`), and the same seed always gives the same
+instance and gold answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from entropace.envs.base import Policy, TextEnv, TurnLimit
-
-Split = Literal["train", "test"]
-
-#: Seed ranges of the two splits. Disjoint by construction.
-SPLITS: dict[str, range] = {
-    "train": range(0, 1_000_000),
-    "test": range(1_000_000, 1_100_000),
-}
+from entropace.envs.splits import SPLITS, Split
 
 
 @dataclass(frozen=True)
