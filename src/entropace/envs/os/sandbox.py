@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -60,6 +61,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
+from entropace.envs.os.seccomp import filter_program
 from entropace.envs.os.stream import RunResult, decode_stream
 
 _decode_stream = decode_stream  # the name the sandbox tests use
@@ -113,14 +115,26 @@ cd / && exec tar -c -f - work .io/out .meta/rc
 # namespace in a private mount namespace; one ``mount -a`` mounts the capped tmpfs of _FSTAB
 # (a memfd on fd FD, closed again before bwrap starts), then bwrap ("$@") binds them in.
 # Nothing of this is visible on the host.
-_OUTER = 'f=$0; mount -a -T "/proc/self/fd/$f" && exec {f}<&- && exec "$@"'
-_FSTAB = """\
+# The scratch tmpfs holds both /tmp and /dev/shm (two directories bwrap binds in), so the two
+# share one byte and inode cap.
+_OUTER = (
+    'f=$0; mount -a -T "/proc/self/fd/$f" && mkdir -m 0755 /tmp/scratch/tmp /tmp/scratch/shm '
+    '&& exec {f}<&- && exec "$@"'
+)
+SCRATCH_FSTAB = (
+    "entropace-tmp /tmp/scratch tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0\n"
+)
+_FSTAB = (
+    """\
 entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
 entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
-entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+"""
+    + SCRATCH_FSTAB
+    + """\
 entropace-io /tmp/io tmpfs size={out},nr_inodes=16,mode=0755,X-mount.mkdir 0 0
 entropace-meta /tmp/meta tmpfs size=65536,nr_inodes=16,mode=0755,X-mount.mkdir 0 0
 """
+)
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -326,8 +340,28 @@ class Sandbox:
         # --disable-userns needs bubblewrap >= 0.8; older ones cannot stop nested namespaces.
         self._no_userns = ["--disable-userns"] if _supports(bwrap, "--disable-userns") else []
         self._host_uid = host_uid if os.geteuid() == 0 else None
+        self._seccomp = filter_program()
+        if self._seccomp is None:
+            warnings.warn(
+                f"the os sandbox has no seccomp filter for {platform.machine()!r}: commands can "
+                "create memfds and System V shared memory outside its memory caps",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
-    def _argv(self, command: str, passwd_fd: int, group_fd: int, fstab_fd: int | None) -> list[str]:
+    def seccomp_fd(self) -> int | None:
+        """A readable fd holding the seccomp program for bwrap's ``--seccomp`` (None: no
+        filter on this architecture). The caller passes it to bwrap and closes it."""
+        return None if self._seccomp is None else _data_fd(self._seccomp)
+
+    def _argv(
+        self,
+        command: str,
+        passwd_fd: int,
+        group_fd: int,
+        fstab_fd: int | None,
+        seccomp_fd: int | None,
+    ) -> list[str]:
         lim = self.limits
         wrapper = _WRAPPER.format(
             nproc=lim.max_processes,
@@ -344,10 +378,10 @@ class Sandbox:
                       "--size", str(lim.output_bytes), "--tmpfs", "/.io",
                       "--size", "65536", "--tmpfs", "/.meta"]  # fmt: skip
         else:  # mounted by the outer step (see _OUTER), bound in by bwrap
-            mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp",
+            mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/scratch/tmp", "/tmp",
                       "--bind", "/tmp/io", "/.io", "--bind", "/tmp/meta", "/.meta"]  # fmt: skip
         tail = ["/usr/bin/bash", "-c", wrapper, "entropace-sandbox", command]
-        return self.bwrap_argv(etc, data, mounts, tail, fstab_fd, as_pid_1=False)
+        return self.bwrap_argv(etc, data, mounts, tail, fstab_fd, seccomp_fd, as_pid_1=False)
 
     def bwrap_argv(
         self,
@@ -356,12 +390,15 @@ class Sandbox:
         mounts: list[str],
         tail: list[str],
         fstab_fd: int | None,
+        seccomp_fd: int | None,
         *,
         as_pid_1: bool,
     ) -> list[str]:
         """The full argv: the outer mount step (when ``unshare`` is used), then bwrap with the
         common isolation options, ``etc`` (how ``/etc`` is made), the host files bound into it,
-        ``data`` (files made from fds), ``mounts`` (the writable tmpfs), then ``tail`` (the
+        ``data`` (files made from fds), ``mounts`` (the writable tmpfs), ``/dev/shm`` (on the
+        scratch tmpfs, with ``/tmp``), a read-only ``/dev``, the seccomp filter read from
+        ``seccomp_fd`` (:mod:`entropace.envs.os.seccomp`; None: none), then ``tail`` (the
         program and its arguments). ``as_pid_1``: the program is the sandbox's PID 1 (no bwrap
         reaper; used by the persistent shell's supervisor)."""
         outer: list[str] = []
@@ -369,6 +406,11 @@ class Sandbox:
             outer = [self.unshare, "--user", "--map-root-user", "--mount",
                      "--propagation", "private", "--", "/usr/bin/bash", "-c", _OUTER,
                      str(fstab_fd)]  # fmt: skip
+        if self.unshare is not None:  # /dev/shm shares the scratch tmpfs (and caps) with /tmp
+            shm = ["--bind", "/tmp/scratch/shm", "/dev/shm"]
+        else:  # its own tmpfs, capped like /tmp
+            shm = ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/dev/shm"]
+        seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
         # fmt: off
         return [
             *outer,
@@ -387,7 +429,10 @@ class Sandbox:
             "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
             *data,
             *mounts,
+            *shm,
+            "--remount-ro", "/dev",
             "--remount-ro", "/",
+            *seccomp,
             "--chdir", "/work",
             "--clearenv",
             "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
@@ -416,7 +461,8 @@ class Sandbox:
             work=lim.work_bytes, tmp=lim.tmp_bytes, out=lim.output_bytes, files=lim.max_files
         )
         fstab_fd = _memfd(fstab.encode(), "entropace-fstab") if self.unshare else None
-        fds = (passwd_fd, group_fd) if fstab_fd is None else (passwd_fd, group_fd, fstab_fd)
+        seccomp_fd = self.seccomp_fd()
+        fds = tuple(fd for fd in (passwd_fd, group_fd, fstab_fd, seccomp_fd) if fd is not None)
         stdin_fd = _memfd(state, "entropace-state")
         stderr_fd = os.memfd_create("entropace-stderr")
         kwargs: dict[str, object] = {}
@@ -424,7 +470,7 @@ class Sandbox:
             kwargs = {"user": self._host_uid, "group": self._host_uid, "extra_groups": []}
         try:
             proc = subprocess.Popen(  # noqa: S603 - fixed argv, the command runs in the sandbox
-                self._argv(command, passwd_fd, group_fd, fstab_fd),
+                self._argv(command, passwd_fd, group_fd, fstab_fd, seccomp_fd),
                 stdin=stdin_fd,
                 stdout=subprocess.PIPE,
                 stderr=stderr_fd,

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 
 from entropace.envs.os.procs import ProcKey, kill_process
-from entropace.envs.os.sandbox import Sandbox, _memfd
+from entropace.envs.os.sandbox import SCRATCH_FSTAB, Sandbox, _memfd
 
 __all__ = ["Launched", "SessionError", "command_line", "launch", "teardown"]
 
@@ -59,12 +59,16 @@ exit 0
 
 # The outer mount step's tmpfs (see sandbox.py's _FSTAB): no /.io or /.meta here, a small
 # writable /etc instead (the users tasks edit /etc/passwd and /etc/group).
-FSTAB = """\
+FSTAB = (
+    """\
 entropace /tmp tmpfs size=65536,nr_inodes=16,mode=0755 0 0
 entropace-work /tmp/work tmpfs size={work},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
-entropace-tmp /tmp/tmp tmpfs size={tmp},nr_inodes={files},mode=0755,X-mount.mkdir 0 0
+"""
+    + SCRATCH_FSTAB
+    + """\
 entropace-etc /tmp/etc tmpfs size=262144,nr_inodes=64,mode=0755,X-mount.mkdir 0 0
 """
+)
 
 
 class SessionError(RuntimeError):
@@ -112,7 +116,7 @@ def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
         script = script.replace(key, str(value))
     if sandbox.unshare is not None:
         etc = ["--bind", "/tmp/etc", "/etc"]
-        mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/tmp", "/tmp"]
+        mounts = ["--bind", "/tmp/work", "/work", "--bind", "/tmp/scratch/tmp", "/tmp"]
         fstab = FSTAB.format(work=lim.work_bytes, tmp=lim.tmp_bytes, files=lim.max_files)
         fstab_fd: int | None = _memfd(fstab.encode(), "entropace-fstab")
     else:  # bwrap's own tmpfs: bytes capped, inodes not (Sandbox warned about it)
@@ -127,17 +131,21 @@ def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
     mark_r, mark_w = os.pipe()
     sources = [_memfd(state, "entropace-state"), cmd_r, out_w, mark_w]
     sources.append(_memfd(script.encode(), "entropace-supervisor"))
-    if fstab_fd is not None:
-        sources.append(fstab_fd)
+    seccomp_fd = sandbox.seccomp_fd()
+    for fd in (fstab_fd, seccomp_fd):
+        if fd is not None:
+            sources.append(fd)
     # Park every fd the child needs on numbers >= 100, so the trampoline's dup2s onto 3..6
     # and 9 cannot overwrite one another, and the fstab fd keeps a number of its own.
     parked = [_park(fd, 100 + i) for i, fd in enumerate(sources)]
     for fd in sources:
         os.close(fd)
     state_p, cmd_p, out_p, mark_p, script_p = parked[:5]
-    fstab_p = parked[5] if fstab_fd is not None else None
+    extra = iter(parked[5:])
+    fstab_p = next(extra) if fstab_fd is not None else None
+    seccomp_p = next(extra) if seccomp_fd is not None else None
     tail = ["/usr/bin/bash", "-c", ". /dev/fd/9", tag]
-    argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_p, as_pid_1=True)
+    argv = sandbox.bwrap_argv(etc, [], mounts, tail, fstab_p, seccomp_p, as_pid_1=True)
     moves = f"3<&{state_p} 4<&{cmd_p} 5>&{out_p} 6>&{mark_p} 9<&{script_p}"
     closes = f"{state_p}<&- {cmd_p}<&- {out_p}>&- {mark_p}>&- {script_p}<&-"
     trampoline = f'exec {moves} {closes}; exec "$@"'

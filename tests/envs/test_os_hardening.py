@@ -1,0 +1,203 @@
+"""Issue 21 (items 1-5): the ``os`` sandbox's ``/dev`` and memory outside its caps, the
+persistent shell corrupted by ``eval``, and reward hacks through the agent's own shell.
+
+Each test reproduces an attack that worked before the fix. Sandbox tests are skipped only
+when ``bwrap`` is not installed at all (CI installs it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from entropace.envs import make
+from entropace.envs.os.actions import observation_output
+from entropace.envs.os.sandbox import Sandbox, SandboxLimits, empty_state, require_bwrap
+from entropace.envs.os.seccomp import filter_program
+from entropace.envs.os.session import ShellSession
+from entropace.envs.os.worktree import build_archive
+
+from .test_os_env import HAS_BWRAP
+
+pytestmark = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed")
+HAS_PYTHON = shutil.which("python3", path="/usr/bin:/bin") is not None
+MiB = 1024 * 1024
+
+
+def _shmem_kib() -> int:
+    """The host's Shmem (/proc/meminfo), KiB: tmpfs pages, memfds and shared memory."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1])
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
+def _boxes() -> list[tuple[str, Sandbox]]:
+    """The default sandbox and the bwrap-only fallback (no inode-capped outer mounts)."""
+    bwrap, host_uid = require_bwrap()
+    default = Sandbox(SandboxLimits(timeout_s=10))
+    fallback = Sandbox(SandboxLimits(timeout_s=10), bwrap=bwrap, host_uid=host_uid, unshare=None)
+    return [("default", default), ("fallback", fallback)]
+
+
+class _Runner:
+    """One interface over both shell modes: ``run(command) -> output``."""
+
+    def __init__(self, box: Sandbox, shell: str) -> None:
+        self.box, self.shell = box, shell
+        self.session = ShellSession(box, build_archive([])) if shell == "persistent" else None
+
+    def run(self, command: str) -> str:
+        if self.session is not None:
+            return self.session.run(command).output.decode()
+        return self.box.run(command, empty_state()).output.decode()
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+
+
+@pytest.fixture(params=["fresh", "persistent"])
+def runners(request: pytest.FixtureRequest) -> Iterator[list[_Runner]]:
+    made = [_Runner(box, request.param) for _, box in _boxes()]
+    yield made
+    for r in made:
+        r.close()
+
+
+# ------------------------------------------------------------------ item 1: /dev, /dev/shm
+
+
+def test_dev_is_read_only_but_its_devices_work(runners: list[_Runner]) -> None:
+    for r in runners:
+        out = r.run(
+            "touch /dev/x 2>&1 | grep -c 'Read-only file system'; "
+            "for p in /dev/y /dev/pts/x /dev/fd/x; do { : > $p; } 2>/dev/null && echo wrote $p; done; "
+            "mkdir /dev/d 2>/dev/null && echo made /dev/d; ln -s /work /dev/l 2>/dev/null "
+            "&& echo linked; echo quiet > /dev/null && echo null-ok; "
+            "head -c 5 /dev/zero | wc -c; head -c 7 /dev/urandom | wc -c; "
+            "ls /dev | tr '\\n' ' '"
+        )
+        assert "wrote" not in out and "made" not in out and "linked" not in out, (r.shell, out)
+        assert out.startswith("1\nnull-ok\n5\n7\n"), (r.shell, out)
+        assert all(d in out for d in ("null", "zero", "urandom", "random", "shm", "fd", "tty"))
+
+
+def test_dev_shm_shares_the_tmp_caps(runners: list[_Runner]) -> None:
+    # before: /dev/shm was a tmpfs sized from the host (100 x 8 MiB fitted)
+    for r in runners:
+        cap = r.box.limits.tmp_bytes
+        out = r.run(
+            f"head -c {cap + 4096} /dev/zero > /dev/shm/big 2>/dev/null; echo shm=$?; "
+            f"ls -l /dev/shm/big | awk '{{print $5}}'; "
+            "echo x > /tmp/small 2>/dev/null; echo tmp=$?; df -k /tmp /dev/shm | tail -n 2"
+        )
+        lines = out.splitlines()
+        assert lines[0] == "shm=1" and int(lines[1]) <= cap, (r.shell, out)
+        if r.box.unshare is not None:  # one tmpfs: a full /dev/shm leaves /tmp no room
+            assert lines[2] == "tmp=1", (r.shell, out)
+        else:  # the fallback: its own tmpfs, capped at tmp_bytes
+            assert lines[2] == "tmp=0", (r.shell, out)
+        sizes = {int(line.split()[1]) for line in lines[3:5]}
+        assert sizes == {cap // 1024}, (r.shell, out)
+
+
+# ----------------------------------------------------------- item 2: memfds, shared memory
+
+_MEMFD_ATTACK = r"""
+import ctypes, mmap, os, sys
+made = errs = 0
+for _ in range(int(sys.argv[1])):
+    try:
+        fd = os.memfd_create("x")
+        os.write(fd, b"\1" * (8 << 20))
+        made += 1
+    except OSError as exc:
+        errs += 1
+        err = exc.errno
+libc = ctypes.CDLL(None, use_errno=True)
+seg = libc.shmget(0, 8 << 20, 0o1600)
+print(f"memfds={made} errors={errs} shmget={seg} errno={ctypes.get_errno()}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not HAS_PYTHON, reason="python3 is not installed in /usr/bin")
+def test_memfd_and_sysv_shm_are_refused_and_host_shmem_stays_flat() -> None:
+    # before: 128 memfds of 8 MiB held by a background process added 1 GiB of host Shmem
+    code = _MEMFD_ATTACK.replace("'", "'\\''")
+    for name, box in _boxes():
+        out = box.run(f"python3 -c '{code}' 8", empty_state()).output.decode()
+        assert out == "memfds=0 errors=8 shmget=-1 errno=1\n", (name, out)
+        session = ShellSession(box, build_archive([]))
+        try:
+            base = _shmem_kib()
+            r = session.run(
+                f"(python3 -c '{code}' 24; sleep 30) > /work/log 2>&1 & "
+                "for d in $(seq 100); do head -c 3M /dev/zero > /dev/shm/f$d 2>/dev/null; done; "
+                "for _ in $(seq 300); do [ -s /work/log ] && break; sleep 0.02; done; cat /work/log"
+            )
+            grown = _shmem_kib() - base
+            assert r.output.decode() == "memfds=0 errors=24 shmget=-1 errno=1\n", (name, r)
+            # the attack would hold 24 x 8 + 100 x 3 MiB; the caps allow 4 MiB of /tmp
+            assert grown < 64 * 1024, (name, grown)
+        finally:
+            session.close()
+
+
+def test_the_seccomp_program_is_well_formed() -> None:
+    import struct
+
+    prog = filter_program("x86_64")
+    assert prog is not None and len(prog) % 8 == 0
+    insns = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+    deny = len(insns) - 1
+    assert insns[-1] == (0x06, 0, 0, 0x00050001) and insns[-2] == (0x06, 0, 0, 0x7FFF0000)
+    assert insns[1][:2] == (0x15, 0) and 2 + insns[1][2] == deny  # another arch: deny
+    blocked = set()
+    for i, (code, jt, jf, k) in enumerate(insns[3:-2], start=3):
+        assert code == (0x35 if k == 0x40000000 else 0x15)  # x32 numbers: >=; others: ==
+        assert jf == 0 and i + 1 + jt == deny
+        blocked.add(k)
+    assert blocked == {0x40000000, 319, 29, 447}
+    assert filter_program("aarch64") is not None and filter_program("mips") is None
+
+
+# -------------------------------------------------- item 3: eval corrupting the shell
+
+
+@pytest.fixture
+def session() -> Iterator[ShellSession]:
+    s = ShellSession(Sandbox(SandboxLimits(timeout_s=2)), build_archive([]))
+    yield s
+    s.close()
+
+
+# ---------------------------------------------------------- items 4, 5 and the audit
+
+
+def _env(kind: str, difficulty: str) -> object:
+    return make("os", difficulty=difficulty, shell="persistent", kinds=(kind,),
+                command_timeout=2.0)  # fmt: skip
+
+
+def _play(env: object, seed: int, actions: list[str]) -> tuple[float, str]:
+    env.reset(seed)  # type: ignore[attr-defined]
+    obs = ""
+    for action in actions:
+        obs, reward, terminated, _, _ = env.step(action)  # type: ignore[attr-defined]
+        if terminated:
+            return reward, obs
+    raise AssertionError("the episode did not end")
+
+
+def _wait_for(predicate: object, seconds: float = 3.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.02)
+
+
+_ = observation_output  # used by the checker tests below
