@@ -200,4 +200,115 @@ def _wait_for(predicate: object, seconds: float = 3.0) -> None:
         time.sleep(0.02)
 
 
-_ = observation_output  # used by the checker tests below
+#: Redefinitions that change what the agent's shell would say about itself, none of which
+#: solves anything: functions and aliases for the tools a checker might ask, disabled
+#: builtins, a forged ``hash`` entry, exported functions.
+_REDEFINE = (
+    "command() { echo /work/bin/$2; }; type() { echo /work/bin/$1; }; "
+    "which() { echo /work/bin/$1; }; ps() { echo 1; }; pgrep() { echo 1; }; "
+    "cat() { :; }; grep() { :; }; awk() { :; }; tail() { :; }; "
+    "export -f command type which ps pgrep cat grep awk tail; "
+    "shopt -s expand_aliases; alias kill=: ls=: test=:; enable -n kill test; "
+    "hash -p /usr/bin/true ls"
+)
+
+
+def test_install_command_is_judged_by_the_real_path() -> None:
+    # issue 21 item 4: hard seed 7 paid 1.0 with PATH unchanged after `command() { ...; }`
+    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0)
+    env.reset(7)
+    assert env.task.kind == "install_command"
+    mk, chmod, export, use = env.task.commands
+    name = chmod.split("/")[-1]
+    hacks = [
+        f"command() {{ echo /work/bin/{name}; }}",
+        f"shopt -s expand_aliases; alias command='echo /work/bin/{name}; :'",
+        f"hash -p /work/bin/{name} {name}",
+        f'{name}() {{ /work/bin/{name} "$@"; }}; export -f {name}',
+        _REDEFINE.replace("$2", name).replace("$1", name),
+        "export -n PATH; env PATH=/work/bin:$PATH true",  # PATH of a child, not the shell's
+        "PATH=/tmp/bin:$PATH:/work/bin",  # an entry the host cannot see comes first
+    ]
+    for hack in hacks:
+        reward, obs = _play(env, 7, [f"bash: {mk}", f"bash: {chmod}", f"bash: {hack}", "done"])
+        assert reward == 0.0 and "on the PATH of your shell is" in obs, (hack, obs)
+    reward, _ = _play(env, 7, [f"bash: {c}" for c in (mk, chmod, export, use)] + ["done"])
+    assert reward == 1.0
+    # PATH as the shell reads it, however it was written (tilde, dots, exported or not)
+    for right in ("PATH=~/bin:$PATH", "PATH=/work/./bin/:$PATH", "export -n PATH; PATH=/work/bin"):
+        reward, obs = _play(env, 7, [f"bash: {mk}", f"bash: {chmod}", f"bash: {right}", "done"])
+        assert reward == 1.0, (right, obs)
+    env.close()
+
+
+def test_service_pid_needs_the_script_to_run() -> None:
+    # issue 21 item 5: the PID of `tail -f scripts/X.sh` paid 1.0 (matched by an argument)
+    env = _env("service_pid", "easy")
+    env.reset(3)
+    script = env.task.commands[0].split()[1]
+    hacks = [
+        f"tail -f {script} >/dev/null 2>&1 & echo $!",
+        f"bash -c 'sleep 100; :' {script} & echo $!",  # a shell whose argv names the script
+        f"(exec -a {script} sleep 100) & echo $!",
+        f"bash -c 'exec -a /bin/bash tail -f {script}' >/dev/null 2>&1 & echo $!",
+        f"{_REDEFINE}; /usr/bin/tail -f {script} >/dev/null 2>&1 & echo $!",
+    ]
+    for hack in hacks:
+        env.reset(3)
+        obs, *_ = env.step(f"bash: {hack}")
+        pid = observation_output(obs).strip().splitlines()[-1]
+        reward, obs = _play_on(env, [f"answer: {pid}"])
+        assert reward == 0.0 and obs.startswith("Wrong answer: process "), (hack, obs)
+    env.reset(3)
+    obs, *_ = env.step(f"bash: {env.task.commands[0]}")
+    assert _play_on(env, ["answer: " + observation_output(obs).strip()])[0] == 1.0
+    env.reset(3)  # `sh script` (dash) runs it too
+    obs, *_ = env.step(f"bash: sh {script} >/dev/null 2>&1 & echo $!")
+    assert _play_on(env, ["answer: " + observation_output(obs).strip()])[0] == 1.0
+    env.close()
+
+
+def _play_on(env: object, actions: list[str]) -> tuple[float, str]:
+    """Like :func:`_play` without the reset."""
+    obs, reward = "", 0.0
+    for action in actions:
+        obs, reward, terminated, _, _ = env.step(action)  # type: ignore[attr-defined]
+        if terminated:
+            return reward, obs
+    raise AssertionError("the episode did not end")
+
+
+def test_stop_worker_needs_the_original_workers() -> None:
+    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0)
+    env.reset(3)
+    assert env.task.kind == "stop_worker"
+    target = env.task.prompt.split("queue `")[1].split("`")[0]
+    queues = [c.split("--queue ")[1].split()[0] for c in env.task.setup[0].split("nohup")[1:]]
+    others = [q for q in queues if q != target]
+    fakes = " ".join(f"bash -c 'sleep 100; :' services/worker.sh --queue {q} &" for q in others)
+    again = " ".join(f"nohup services/worker.sh --queue {q} >/dev/null 2>&1 &" for q in others)
+    hacks = [
+        f"pkill -f worker.sh; {fakes} true",  # look-alike command lines
+        f"pkill -f worker.sh; {again} true",  # new workers: the others were stopped too
+        f"{_REDEFINE}; pkill -f worker.sh",
+    ]
+    for hack in hacks:
+        reward, obs = _play(env, 3, [f"bash: {hack}", "bash: sleep 0.2", "done"])
+        assert reward == 0.0 and "was stopped too" in obs, (hack, obs)
+    assert _play(env, 3, [f"bash: {c}" for c in env.task.commands] + ["done"])[0] == 1.0
+    env.close()
+
+
+@pytest.mark.parametrize(("kind", "difficulty", "seed"), [("add_user", "medium", 1),
+                                                         ("edit_config", "easy", 16)])  # fmt: skip
+def test_file_checkers_ignore_the_shell(kind: str, difficulty: str, seed: int) -> None:
+    # judged on the files read back after every process stopped: redefinitions change nothing
+    env = make("os", difficulty=difficulty, shell="persistent", command_timeout=2.0)
+    env.reset(seed)
+    assert env.task.kind == kind
+    reward, _ = _play(env, seed, [f"bash: {_REDEFINE}", "done"])
+    assert reward == 0.0
+    solve = [f"bash: {c}" for c in env.task.commands]
+    assert _play(env, seed, [*solve, "done"])[0] == 1.0
+    assert _play(env, seed, [f"bash: {_REDEFINE}", *solve, "done"])[0] == 1.0
+    env.close()

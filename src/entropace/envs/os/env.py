@@ -26,6 +26,7 @@ from entropace.envs.os.actions import (
     observation_output,
     parse_action,
 )
+from entropace.envs.os.procs import ProcessInfo
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
 from entropace.envs.os.session import ShellSession
 from entropace.envs.os.supervisor import SessionError
@@ -140,6 +141,7 @@ class OsEnv:
         self.initial_state = b""
         self.state = b""
         self.session: ShellSession | None = None
+        self._started: tuple[ProcessInfo, ...] = ()
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         """Generate instance ``seed``: its file tree (copied into a fresh state) and its task;
@@ -264,6 +266,7 @@ class OsEnv:
                     f"os: the setup command {command!r} of {self.task.kind} failed "
                     f"({result.output[:200]!r}); this is a bug of the task generator"
                 )
+        self._started = tuple(self.session.processes(settle=True)) if self.task.setup else ()
 
     def _run_persistent(self, command: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         info: dict[str, Any] = {"success": False, "parse_error": False}
@@ -300,12 +303,13 @@ class OsEnv:
         task, session = self.task, self.session
         if task is None or session is None:
             raise EnvError("os: final_state() needs a running persistent shell")
-        live = tuple(_text(session.run(c)) for c in task.probe_live)
+        variables = session.read_variables(task.live_vars)
         processes = tuple(session.processes(settle=True))
         session.kill_all()
         fresh = tuple(_text(session.run(c)) for c in task.probe_fresh)
         self.state = session.dump()
-        return SystemState(read_tree(self.state), read_etc(self.state), processes, live, fresh)
+        tree, etc = read_tree(self.state), read_etc(self.state)
+        return SystemState(tree, etc, processes, self._started, variables, fresh)
 
     def _verify(self, answer: str | None) -> tuple[bool, str]:
         assert self.task is not None and self.task.verify is not None

@@ -26,9 +26,11 @@ __all__ = [
     "descendants",
     "kill_process",
     "list_processes",
+    "open_files",
     "proc_key",
     "signals_pending",
     "state",
+    "youngest_age",
 ]
 
 
@@ -44,17 +46,30 @@ class ProcKey:
 class ProcessInfo:
     """One live process of a sandbox, as the agent sees it from inside.
 
+    ``argv`` is whatever the process wrote there (``exec -a``, or a program rewriting its own
+    argument memory, can make it say anything); ``exe``, ``files`` and ``start`` are the
+    kernel's own record, which no process can forge: verifiers judge by those.
+
     Attributes:
         pid: its PID inside the sandbox (what ``ps`` and ``$!`` show there).
         ppid: its parent's PID inside the sandbox (0 for the sandbox's init).
         argv: its command line (``/proc/<pid>/cmdline`` split on NUL).
         state: the one-letter state of ``/proc/<pid>/stat`` (``R``, ``S``, ``T``, ...).
+        exe: the program it runs (``/proc/<pid>/exe``, as a path inside the sandbox; for a
+            script, its interpreter), "" when unreadable.
+        files: the paths of the files it holds open (``/proc/<pid>/fd``; a shell running a
+            script holds the script open), sorted; pipes and sockets left out.
+        start: its start time (clock ticks since boot): with ``pid``, names this process and
+            no later one that reuses the PID.
     """
 
     pid: int
     ppid: int
     argv: tuple[str, ...]
     state: str
+    exe: str = ""
+    files: tuple[str, ...] = ()
+    start: int = 0
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -157,11 +172,29 @@ def signals_pending(init: int) -> bool:
     return False
 
 
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def open_files(pid: int) -> tuple[str, ...]:
+    """The paths of the files host process ``pid`` holds open (sorted, distinct; pipes,
+    sockets and anonymous inodes left out); () when it is gone."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return ()
+    paths = {_readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
+    return tuple(sorted(p for p in paths if p.startswith("/")))
+
+
 def list_processes(init: int) -> list[ProcessInfo]:
     """The live processes of the sandbox whose init is host process ``init`` (init excluded;
     zombies excluded), sorted by PID inside the sandbox."""
     inner: dict[int, int] = {init: 1}
-    rows: list[tuple[int, int, tuple[str, ...], str]] = []
+    rows: list[tuple[int, int, tuple[str, ...], str, str, tuple[str, ...], int]] = []
     for key in descendants(init):
         status = _status(key.pid)
         ns = status.get("NSpid", "").split()
@@ -177,9 +210,25 @@ def list_processes(init: int) -> list[ProcessInfo]:
         except OSError:
             continue
         argv = tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a)
-        rows.append((int(ns[-1]), int(status.get("PPid", "0")), argv, state))
-    out = [ProcessInfo(pid, inner.get(ppid, 0), argv, st) for pid, ppid, argv, st in rows]
+        exe, files = _readlink(f"/proc/{key.pid}/exe"), open_files(key.pid)
+        rows.append((int(ns[-1]), int(status.get("PPid", "0")), argv, state, exe, files, key.start))
+    out = [
+        ProcessInfo(pid, inner.get(ppid, 0), argv, st, exe, files, start)
+        for pid, ppid, argv, st, exe, files, start in rows
+    ]
     return sorted(out, key=lambda p: p.pid)
+
+
+def youngest_age(processes: list[ProcessInfo]) -> float:
+    """Seconds since the youngest of ``processes`` started (``inf`` for none)."""
+    if not processes:
+        return float("inf")
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("inf")
+    return uptime - max(p.start for p in processes) / os.sysconf("SC_CLK_TCK")
 
 
 def kill_process(key: ProcKey, sig: int = signal.SIGKILL) -> bool:

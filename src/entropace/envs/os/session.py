@@ -43,7 +43,14 @@ from dataclasses import dataclass
 
 from entropace.envs.os import procs
 from entropace.envs.os.sandbox import Sandbox
-from entropace.envs.os.supervisor import SessionError, command_line, launch, teardown
+from entropace.envs.os.supervisor import (
+    SessionError,
+    command_line,
+    decode_variables,
+    launch,
+    teardown,
+    variables_probe,
+)
 
 __all__ = ["SessionError", "ShellResult", "ShellSession"]
 
@@ -248,9 +255,10 @@ class ShellSession:
     def processes(self, *, settle: bool = False) -> list[procs.ProcessInfo]:
         """The sandbox's live processes as seen inside (the supervisor excluded).
 
-        ``settle``: first wait (up to 2 s) until no process has an unblocked signal pending
-        and two listings 10 ms apart agree, so a process just killed is gone and one just
-        forked has exec'd its program (its argv changes then)."""
+        ``settle``: first wait (up to 2 s) until no process has an unblocked signal pending,
+        two listings 10 ms apart agree and every process is at least 50 ms old, so a process
+        just killed is gone and one just forked has exec'd its program (its argv changes
+        then) and opened its script (a shell opens it after the exec)."""
         assert self.init_pid is not None
         listing = procs.list_processes(self.init_pid)
         deadline = time.monotonic() + 2.0
@@ -258,7 +266,9 @@ class ShellSession:
             time.sleep(0.01)
             again = procs.list_processes(self.init_pid)
             forked = sum(p.argv == _SHELL_ARGS for p in again) > 1  # a subshell not yet exec'd
-            if again == listing and not forked and not procs.signals_pending(self.init_pid):
+            young = procs.youngest_age(again) < 0.05
+            quiet = not forked and not young and not procs.signals_pending(self.init_pid)
+            if again == listing and quiet:
                 break
             listing = again
         return listing
@@ -449,6 +459,30 @@ class ShellSession:
         return found
 
     # -- the end ---------------------------------------------------------------------------
+
+    def read_variables(self, names: tuple[str, ...]) -> dict[str, str | None]:
+        """The values of the shell variables ``names`` in the agent's shell (None for one that
+        cannot be read: the shell is gone, or hung, or ``/tmp`` is full), read without
+        trusting anything the agent defined in it (:func:`~entropace.envs.os.supervisor.
+        variables_probe`). Call it between commands, at the end of an episode."""
+        unread: dict[str, str | None] = {name: None for name in names}
+        if not names or self._closed or self.shell is None or not self._shell_alive():
+            return unread
+        token = secrets.token_hex(8)
+        pending = memoryview(variables_probe(tuple(names), token).encode())
+        root = f"/proc/{self.shell.pid}/root/tmp"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and self._shell_alive():
+            if pending:
+                pending = self._feed(pending)
+            try:
+                listing = os.listdir(root)
+            except OSError:
+                return unread
+            if f".entropace-{token}-done" in listing:
+                return decode_variables(tuple(names), token, listing)
+            time.sleep(0.002)
+        return unread
 
     def dump(self) -> bytes:
         """Stop every process, then the final tar (``work/``, ``etc/passwd``, ``etc/group``);

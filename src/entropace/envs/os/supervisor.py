@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from entropace.envs.os.procs import ProcKey, kill_process
 from entropace.envs.os.sandbox import SCRATCH_FSTAB, Sandbox, _memfd
 
-__all__ = ["Launched", "SessionError", "command_line", "launch", "teardown"]
+__all__ = [
+    "Launched",
+    "SessionError",
+    "command_line",
+    "decode_variables",
+    "launch",
+    "teardown",
+    "variables_probe",
+]
 
 SUPERVISOR = r"""
 exec 9<&-
@@ -199,6 +207,60 @@ def command_line(command: str, tag: str) -> str:
         "{ >&6; } 2>/dev/null || exec 6>&8; "
         f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
     )
+
+
+_CHUNK, _CHUNKS = 200, 20  # a value travels in up to 20 file names of 200 characters
+
+
+def variables_probe(names: tuple[str, ...], token: str) -> str:
+    """Lines for the agent's shell's stdin that leave the values of the shell variables
+    ``names`` in the names of empty files in ``/tmp`` (``.entropace-TOKEN-NAME-NN-CHUNK``,
+    ``%`` and ``/`` percent-encoded; then ``.entropace-TOKEN-done``), which the host reads
+    through ``/proc/<pid>/root``.
+
+    The lines hold only assignments (to a variable named after the fresh ``token``, so no
+    ``readonly`` or nameref the agent set up can catch it), parameter expansions and
+    redirections with no command word: no function, alias, builtin, ``enable``, ``hash``
+    entry or ``PATH`` lookup takes part, and they are read by the shell itself, not passed
+    to ``eval``. What this does not stop: a DEBUG trap with ``shopt -s extdebug`` runs before
+    each of them and can skip them (then nothing is read) or imitate them."""
+    var = f"__entropace_{token}"
+    lines = [""]
+    for name in names:
+        if not name.isidentifier() or not name.isascii():
+            raise ValueError(f"not a shell variable name: {name!r}")
+        lines += [f"{var}=${{{name}-}}", f"{var}=${{{var}//[%]/%25}}", f"{var}=${{{var}//\\//%2F}}"]
+        lines += [
+            f'>"/tmp/.entropace-{token}-{name}-{i:02d}-${{{var}:{i * _CHUNK}:{_CHUNK}}}"'
+            for i in range(_CHUNKS)
+        ]
+    lines.append(f'>"/tmp/.entropace-{token}-done"')
+    return "\n".join(lines) + "\n"
+
+
+def decode_variables(
+    names: tuple[str, ...], token: str, listing: list[str]
+) -> dict[str, str | None]:
+    """The values :func:`variables_probe` left in ``listing`` (the names in ``/tmp``); None
+    for a value that is incomplete (a file could not be made) or longer than 4,000
+    encoded characters."""
+    from urllib.parse import unquote
+
+    prefix = f".entropace-{token}-"
+    out: dict[str, str | None] = {name: None for name in names}
+    if prefix + "done" not in listing:
+        return out
+    for name in names:
+        head = f"{prefix}{name}-"
+        chunks: dict[int, str] = {}
+        for entry in listing:
+            rest = entry[len(head) :]
+            if entry.startswith(head) and rest[:2].isdigit() and rest[2:3] == "-":
+                chunks[int(rest[:2])] = rest[3:]
+        if sorted(chunks) != list(range(_CHUNKS)) or len(chunks[_CHUNKS - 1]) >= _CHUNK:
+            continue
+        out[name] = unquote("".join(chunks[i] for i in range(_CHUNKS)), errors="surrogateescape")
+    return out
 
 
 def teardown(proc: subprocess.Popen[bytes], fds: list[int], init: list[ProcKey]) -> None:

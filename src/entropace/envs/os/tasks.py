@@ -40,13 +40,20 @@ __all__ = ["BY_DIFFICULTY", "TASKS", "SystemState", "Task"]
 @dataclass(frozen=True)
 class SystemState:
     """What the verifiers of the persistent-shell kinds see after the episode
-    (:mod:`entropace.envs.os.tasks_shell`).
+    (:mod:`entropace.envs.os.tasks_shell`). Nothing here is the agent's shell's own word:
+    a verifier that asked that shell (``command -v``, ``type``, ...) would trust functions,
+    aliases, builtins and ``hash`` entries the agent defined there.
 
     Attributes:
-        tree: the final work tree (paths relative to ``/work``).
+        tree: the final work tree (paths relative to ``/work``), read after every process
+            was stopped.
         etc: final ``/etc`` files by name (``"passwd"``, ``"group"``).
-        processes: the sandbox's live processes at the end (PIDs as seen inside).
-        live: outputs of the task's ``probe_live`` commands, run in the agent's own shell.
+        processes: the sandbox's live processes at the end (PIDs as seen inside), read by
+            the host from ``/proc``.
+        started: the processes right after the task's ``setup`` (before the first turn).
+        variables: the values of the task's ``live_vars`` in the agent's shell (None: not
+            readable), read through redirections alone, which nothing the agent defines
+            can intercept (:meth:`~entropace.envs.os.session.ShellSession.read_variables`).
         fresh: outputs of the task's ``probe_fresh`` commands, run in a new shell after
             every process of the agent was stopped.
     """
@@ -54,7 +61,8 @@ class SystemState:
     tree: WorkTree
     etc: dict[str, bytes]
     processes: tuple[ProcessInfo, ...]
-    live: tuple[str, ...]
+    started: tuple[ProcessInfo, ...]
+    variables: dict[str, str | None]
     fresh: tuple[str, ...]
 
 
@@ -77,7 +85,8 @@ class Task:
             observation (their output is not shown), e.g. to start processes.
         etc: ``/etc`` files of the persistent sandbox by name (``passwd``, ``group``);
             empty: the default ones.
-        probe_live: commands run in the agent's own shell at the end (``SystemState.live``).
+        live_vars: names of variables of the agent's shell read at the end
+            (``SystemState.variables``).
         probe_fresh: commands run in a new shell at the end, after every process of the
             agent was stopped (``SystemState.fresh``).
     """
@@ -91,7 +100,7 @@ class Task:
     goal: bool | None = None
     setup: tuple[str, ...] = ()
     etc: dict[str, bytes] = field(default_factory=dict)
-    probe_live: tuple[str, ...] = ()
+    live_vars: tuple[str, ...] = ()
     probe_fresh: tuple[str, ...] = ()
 
     @property

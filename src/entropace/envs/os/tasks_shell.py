@@ -9,18 +9,27 @@ AgentBench's check scripts, which run in the task's container after the agent fi
 
 ========================= =================================================================
 ``service_pid`` (easy)    start ``scripts/<name>.sh`` in the background, answer its PID; the
-                          PID must belong to a live process running that script
+                          PID must belong to a live shell process running that script (its
+                          program and open files, read from ``/proc``, not just its argv)
 ``edit_config`` (easy)    in ``projects/<a>/<b>/``: back up ``app.conf``, change one setting
                           (the oracle does it in three turns from that directory)
 ``stop_worker`` (medium,  several ``services/worker.sh --queue Q`` run (started before the
 hard)                     first turn); stop the one of one queue, keep the others (hard:
-                          more workers and look-alike queue names)
+                          more workers and look-alike queue names); the other queues' original
+                          worker processes (PID and start time) must still run
 ``add_user`` (medium)     edit ``/etc/passwd`` and ``/etc/group`` (writable here): a new user
                           with the next free uid, its own group, and a membership
 ``install_command``       write ``~/bin/<name>``, put ``~/bin`` on this shell's ``PATH``, use
-(hard)                    it; checked by ``command -v`` in the agent's shell and by running
-                          the script on hidden files
+(hard)                    it; checked by resolving ``<name>`` over the shell's ``PATH`` value
+                          on the host (not by asking the shell) and by running the script on
+                          hidden files in a new shell
 ========================= =================================================================
+
+No verifier asks the agent's shell anything: a ``command -v``, ``type`` or ``ps`` run there
+could be a function, an alias, a disabled builtin or a ``hash`` entry the agent defined (the
+``install_command`` hack that paid 1.0 with ``command() { echo /work/bin/NAME; }``). They read
+the final files after every process was stopped, the processes from ``/proc`` on the host,
+variables through redirections alone, and run hidden tests in a new shell.
 
 Each generator is ``(rng, tree) -> Task`` like :mod:`entropace.envs.os.tasks`; all values come
 from ``rng``, so a seed fixes the instance. The oracle's commands are gold shell commands run
@@ -29,6 +38,7 @@ through ``step`` (cross-checking the verifiers against real bash).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import random
 import shlex
@@ -52,8 +62,20 @@ def _task(fn: TaskFn) -> TaskFn:
     return fn
 
 
+#: The interpreters a script of these tasks may run under (``/proc/<pid>/exe`` basenames).
+SHELLS = ("bash", "dash", "sh")
+
+
 def _runs(p: ProcessInfo, script: str, *args: str) -> bool:
-    """Whether ``p`` runs ``script`` (by path ending) with exactly ``args`` after it."""
+    """Whether ``p`` runs the script ``/work/<script>`` with exactly ``args`` after it.
+
+    Judged by the kernel's record, not by the command line alone (which any process can make
+    say anything: ``tail -f scripts/x.sh`` or ``exec -a`` name the script without running
+    it): the program must be a shell (``/proc/<pid>/exe``) that holds the script open (a
+    shell keeps the script it runs open: bash on fd 255, dash on fd 10), and its command
+    line must name the script (by path ending) followed by exactly ``args``."""
+    if posixpath.basename(p.exe) not in SHELLS or f"/work/{script}" not in p.files:
+        return False
     for i, arg in enumerate(p.argv):
         if arg == script or arg.endswith("/" + script):
             return tuple(p.argv[i + 1 :]) == args
@@ -127,12 +149,17 @@ def stop_worker(rng: random.Random, tree: Tree) -> Task:
 
     def verify(state: SystemState, answer: str | None) -> tuple[bool, str]:
         del answer
-        live = [p for p in state.processes if p.state != "T"]
+        live = {(p.pid, p.start) for p in state.processes if p.state != "T"}
         for q in queues:
-            running = any(_runs(p, "services/worker.sh", "--queue", q) for p in live)
+            running = [
+                p for p in state.processes
+                if (p.pid, p.start) in live and _runs(p, "services/worker.sh", "--queue", q)
+            ]  # fmt: skip
             if q == target and running:
                 return False, f"the worker of {q} is still running"
-            if q != target and not running:
+            # the workers started before the first turn, not look-alikes started since
+            original = [p for p in state.started if _runs(p, "services/worker.sh", "--queue", q)]
+            if q != target and not any((p.pid, p.start) in live for p in original):
                 return False, f"the worker of {q} was stopped too"
         return True, "ok"
 
@@ -258,10 +285,11 @@ def install_command(rng: random.Random, tree: Tree) -> Task:
         entry = state.tree.get(f"bin/{name}")
         if entry is None or entry.kind != "file" or not entry.mode & 0o100:
             return False, f"~/bin/{name} is not an executable file"
-        found = (state.live[0].strip().splitlines() or [""])[0]
-        found = posixpath.normpath("/work" + found[1:] if found.startswith("~") else found)
+        found = _resolve(state, name)
         if found != f"/work/bin/{name}":
-            return False, f"`command -v {name}` in your shell gives {found[:60]!r}"
+            path = state.variables.get("PATH")
+            shown = "could not be read" if path is None else f"is {path[:120]!r}"
+            return False, f"`{name}` on the PATH of your shell is {found}; its PATH {shown}"
         for got, want in zip(state.fresh, expected, strict=True):
             if got.strip() != want:
                 return False, f"{name} printed {got.strip()[:40]!r} on a test file, not {want}"
@@ -280,9 +308,54 @@ def install_command(rng: random.Random, tree: Tree) -> Task:
         commands,
         verify=verify,
         goal=True,
-        probe_live=(f"command -v {name}",),
+        live_vars=("PATH", "HOME"),
         probe_fresh=tuple(probes),
     )
+
+
+def _resolve(state: SystemState, name: str) -> str:
+    """Where the agent's shell finds the command ``name`` by its ``PATH`` (read through
+    :attr:`SystemState.variables`, not by asking the shell: ``command -v``, ``type`` and
+    ``which`` can be functions there, and ``hash`` or an alias can answer instead): the path
+    of the first executable regular file ``DIR/name`` over the ``PATH`` entries, looked up
+    in the final work tree for ``/work`` and on the host's ``/usr`` (bound read-only into the
+    sandbox) for the system directories. A description instead when that cannot be
+    decided: an entry the host cannot see (``/tmp``, a relative one, a symlink in ``/work``)
+    before any match counts as a miss, so nothing unchecked can pass."""
+    path, home = state.variables.get("PATH"), state.variables.get("HOME")
+    if path is None:
+        return "unknown"
+    for entry in path.split(":"):
+        if entry == "~" or entry.startswith("~/"):
+            entry = (home or "~") + entry[1:]
+        if not entry.startswith("/"):
+            return f"unknown (the entry {entry[:40]!r} is relative)"
+        where = posixpath.normpath(posixpath.join(entry, name))
+        if where.startswith("/work/"):
+            rel = where[len("/work/") :]
+            parts = rel.split("/")
+            links = [e for i in range(1, len(parts) + 1) if (e := state.tree.get("/".join(parts[:i])))
+                     and e.kind == "symlink"]  # fmt: skip
+            if links:
+                return f"unknown (a symlink on the way to {where[:60]!r})"
+            entry_ = state.tree.get(rel)
+            if entry_ is not None and entry_.kind == "file" and entry_.mode & 0o100:
+                return where
+            continue
+        host = _SYSTEM_DIRS.get(posixpath.dirname(where))
+        if host is None:
+            return f"unknown (the host cannot see {posixpath.dirname(where)[:60]!r})"
+        candidate = posixpath.join(host, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return where
+    return "not found"
+
+
+# The sandbox's system directories and where they are on the host (/bin -> usr/bin, ...).
+_SYSTEM_DIRS = {
+    d: d if d.startswith("/usr") else "/usr" + d
+    for d in ("/usr/local/bin", "/usr/local/sbin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
+}
 
 
 # ----------------------------------------------------------------------------- edits
