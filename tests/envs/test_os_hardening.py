@@ -19,6 +19,7 @@ from entropace.envs.os.actions import observation_output
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits, empty_state, require_bwrap
 from entropace.envs.os.seccomp import filter_program
 from entropace.envs.os.session import ShellSession
+from entropace.envs.os.supervisor import bash_has_eval_bug
 from entropace.envs.os.worktree import build_archive
 
 from .test_os_env import HAS_BWRAP
@@ -312,3 +313,41 @@ def test_file_checkers_ignore_the_shell(kind: str, difficulty: str, seed: int) -
     assert _play(env, seed, [*solve, "done"])[0] == 1.0
     assert _play(env, seed, [f"bash: {_REDEFINE}", *solve, "done"])[0] == 1.0
     env.close()
+
+
+_ABORTED = (b"free(): ", b"malloc(): ", b"Aborted", b"corrupted")
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "eval 'echo \"$('",  # the issue's command: the message is shown
+        "eval 'echo \"$(' 2>/dev/null",  # ... and hidden
+        "{ eval 'echo \"$('; } 2>/dev/null; echo after",
+        "exec 2>/dev/null; eval 'echo $('",
+        "trap 'echo \"$(' USR1; kill -USR1 $$",
+        "printf '%s\\n' 'echo \"$(' > /tmp/s; . /tmp/s",
+    ],
+)
+def test_eval_cannot_leave_a_corrupted_shell(session: ShellSession, first: str) -> None:
+    # issue 21 item 3: after eval 'echo "$(' bash 5.2.15 printed `free(): invalid next size`
+    # at the next command, or `Aborted` for every later one, with no restart note
+    session.run("x=1")
+    results = [session.run(first)]
+    for want in (b"one\n", b"two x\n", b"3\n", b"four\n", b"five\n"):
+        command = {b"two x\n": "echo two $(echo x)", b"3\n": "for i in 1 2 3; do a=$(echo $i); "
+                   "done; echo $a"}.get(want, f"echo {want.decode().strip()}")  # fmt: skip
+        results.append(r := session.run(command))
+        if not r.output.startswith(want):  # it did not run: its parse check found the heap
+            assert r.restarted and "memory was corrupted" in r.note, (first, command, r)
+            results.append(r := session.run(command))  # corrupted; the new shell runs it
+        assert r.output.startswith(want), (first, command, r)
+    for r in results:  # a sign of a corrupted heap always comes with a restart and a note
+        if any(sign in r.output for sign in _ABORTED):
+            assert r.restarted and ("corrupted" in r.note or "exited" in r.note), (first, r)
+    assert session.run("echo done").output == b"done\n"
+    # the shell's own message (eval, trap: "bash: ...: unexpected EOF ...") is seen: at once
+    if bash_has_eval_bug() and first.startswith(("eval", "trap")) and "null" not in first:
+        assert results[0].restarted and "memory was corrupted" in results[0].note, results[0]
+    else:  # no corrupted shell is kept: x=1 lives on only where no restart was needed
+        assert any(r.restarted for r in results) or session.run("echo $x").output == b"1\n"

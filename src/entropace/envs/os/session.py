@@ -34,6 +34,7 @@ Layout (host pipes in brackets)::
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import selectors
 import signal
@@ -47,6 +48,7 @@ from entropace.envs.os.supervisor import (
     SessionError,
     command_line,
     decode_variables,
+    eval_bug_struck,
     launch,
     teardown,
     variables_probe,
@@ -59,6 +61,10 @@ _RESET = (
     "background processes were kept)"
 )
 
+# What glibc prints before it aborts a process whose heap is corrupted.
+_HEAP_ABORT = re.compile(
+    rb"(?:free|malloc|realloc)\(\): |double free or corruption|corrupted size vs\. prev_size"
+)
 _SHELL_ARGV = b"bash\0--noprofile\0--norc\0-s\0"  # the agent's shell, once exec'd
 _SHELL_ARGS = ("bash", "--noprofile", "--norc", "-s")
 _DEAD = ("Z", "X", None)  # zombie, dead, gone: nothing left to kill
@@ -293,8 +299,14 @@ class ShellSession:
             raise SessionError("the session is closed")
         start = time.monotonic()
         lim = self.limits
+        gone = ""  # the shell ended between commands (killed by a job, or its heap corrupted)
         if not self._shell_alive():
-            self._start_shell()
+            status = self._start_shell()
+            why = f"with status {status}" if status.isdigit() else ""
+            if status == "134":
+                why += " (SIGABRT: its memory was corrupted)"
+            gone = f"the shell had exited after the previous command {why}".rstrip()
+            gone += f"; a new shell was started{_RESET}"
         crowded = self._crowded()
         before = self._snapshot()
         tag = secrets.token_hex(16)
@@ -302,6 +314,7 @@ class ShellSession:
         out = bytearray()
         total = 0
         exit_code: int | None = None
+        how = ""  # from the marker: "ran", "parse" or "corrupt"
         timed_out = flooded = flood_killed = False
         outcome = "hung"  # or "done" (its marker came) or "died" (the shell exited)
         deadline = start + lim.timeout_s
@@ -337,17 +350,40 @@ class ShellSession:
                     elif key.data == "out":
                         total += self._drain(out, total)
                     elif key.data == "mark":
-                        exit_code = self._read_marker(tag)
-                        if exit_code is not None:
+                        marker = self._read_marker(tag)
+                        if marker is not None:
+                            exit_code, how = marker
                             outcome = "done"
                     elif outcome == "hung":  # the shell's pidfd: it exited
                         outcome = "died"
             total += self._drain(out, total)
+        marked = outcome == "done"
+        if outcome == "done" and _HEAP_ABORT.search(out):  # glibc found a corrupted heap:
+            if _wait_readable(self._shell_fd, GRACE_S):  # the shell may be aborting now
+                outcome = "died"
+            total += self._drain(out, total)
         note = ""
-        if outcome == "died":
+        restarted = outcome != "done" or bool(gone)
+        corrupt = how == "corrupt" or (how == "ran" and eval_bug_struck(bytes(out)))
+        if outcome == "done" and corrupt:
+            # bash 5.2 < patch 18 corrupted its heap (see eval_bug_struck): every later parse
+            # in that shell, or in a subshell it forks, may abort, so it is replaced now
+            self.restart_shell()
+            restarted = True
+            why = "this command ran" if how == "ran" else "an earlier command left it"
+            if how == "corrupt":
+                exit_code = None
+            note = (
+                f"the shell's memory was corrupted ({why} into a bash bug: a parse that ends "
+                f"inside `$(`, e.g. eval 'echo \"$('); a new shell was started{_RESET}"
+            )
+        elif outcome == "died":
             status = self._start_shell()
-            exit_code = int(status) if status.isdigit() else None
+            if not marked:  # else the command's own status came first
+                exit_code = int(status) if status.isdigit() else None
             why = f"the shell exited with status {status}" if status.isdigit() else "it exited"
+            if status == "134":
+                why += " (SIGABRT: its memory was corrupted)"
             if timed_out:  # e.g. `exec sleep 100`: the signal that ends a `wait` ended it
                 why = f"killed after the {lim.timeout_s:g} s time limit; {why}"
             note = f"{why}; a new shell was started{_RESET}"
@@ -370,6 +406,8 @@ class ShellSession:
                 f"before it ran, the sandbox held half its limit of {lim.max_processes} "
                 f"processes or more, so all {crowded} background processes were killed"
             )
+        if gone:
+            note = gone + ("; " + note if note else "")
         swarm = self._swarm(before)
         if swarm:
             note = (note + "; " if note else "") + (
@@ -382,7 +420,7 @@ class ShellSession:
             exit_code,
             timed_out,
             note,
-            outcome != "done",
+            restarted,
             total,
             time.monotonic() - start,
         )
@@ -443,8 +481,8 @@ class ShellSession:
             if got > 1 << 22 and total + got > cap:  # keep the loop responsive
                 return got
 
-    def _read_marker(self, tag: str) -> int | None:
-        """Read marker lines; the exit status of the line with ``tag``, else None."""
+    def _read_marker(self, tag: str) -> tuple[int, str] | None:
+        """Read marker lines; (exit status, how) of the line with ``tag``, else None."""
         try:
             data = os.read(self._mark, 1 << 16)
         except BlockingIOError:
@@ -454,8 +492,8 @@ class ShellSession:
         while b"\n" in self._mark_buf:
             raw, self._mark_buf = self._mark_buf.split(b"\n", 1)
             fields = raw.decode("ascii", "replace").split()
-            if len(fields) == 2 and fields[0] == tag and fields[1].isdigit():
-                found = int(fields[1])
+            if len(fields) == 3 and fields[0] == tag and fields[1].isdigit():
+                found = int(fields[1]), fields[2]
         return found
 
     # -- the end ---------------------------------------------------------------------------

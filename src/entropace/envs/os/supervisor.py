@@ -18,7 +18,9 @@ resource limits apply to it and everything it starts.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -32,6 +34,7 @@ __all__ = [
     "SessionError",
     "command_line",
     "decode_variables",
+    "eval_bug_struck",
     "launch",
     "teardown",
     "variables_probe",
@@ -195,18 +198,65 @@ def command_line(command: str, tag: str) -> str:
       reaches the long-lived shell; the subshell's error message is the observation and its
       status (2, or 137 if it was killed) the command's. (One difference from plain
       ``eval``: an unterminated here-document is an error here.)
+    * the marker line is ``TAG STATUS HOW``: HOW is ``ran``, ``parse`` (the text did not
+      parse) or ``corrupt``: the parse check, a plain fork that parses one function
+      definition, died of a signal other than the host's SIGKILL, which happens only when
+      the shell it was forked from has a corrupted heap (text that parses can still reach
+      the bug: ``eval 'echo "$('``; see :func:`eval_bug_struck`).
     """
     check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
     return (
         "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
         "trap '#' USR2; "
         f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
-        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$?; "
-        "else __entropace_rc=$?; case $__entropace_rc in 137) ;; *) __entropace_rc=2 ;; esac; "
-        "fi; "
+        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$? __entropace_how=ran; "
+        "else __entropace_rc=$? __entropace_how=parse; case $__entropace_rc in "
+        "137) ;; 12[89]|1[3-9][0-9]|2[0-9][0-9]) __entropace_how=corrupt ;; *) __entropace_rc=2 ;; "
+        "esac; fi; "
         "{ >&6; } 2>/dev/null || exec 6>&8; "
-        f"printf '%s %s\\n' {tag} \"$__entropace_rc\" >&6\n"
+        f'printf \'%s %s %s\\n\' {tag} "$__entropace_rc" "$__entropace_how" >&6\n'
     )
+
+
+# What the long-lived shell prints when a parse of its own (eval, `.`, a trap; not a child
+# `bash -c`, whose messages read "bash: -c: ...") hits EOF inside `$(`.
+_COMSUB_EOF = re.compile(
+    rb"(?m)^bash: (?!-c: )(?:[^\n]*: )?line \d+: unexpected EOF while looking for matching `\)'"
+)
+
+
+@functools.lru_cache(maxsize=4)
+def bash_has_eval_bug(bash: str = "/usr/bin/bash") -> bool:
+    """Whether ``bash`` is 5.2 before patch 18 (Debian 12 ships 5.2.15).
+
+    There, when a parse of a string (``eval``, ``.``, a trap) hits the end of its input
+    inside a command substitution (``eval 'echo "$('``), ``parse_comsub`` hands the bison
+    parser an error token it has no rule for at end of input, and the parser's error
+    recovery leaves it in a state where the process's *next* parses read and write outside
+    their buffer (valgrind: invalid reads and writes 2 bytes before a 10-byte block the
+    parser allocated, inside ``yyparse``), so the heap is corrupted and a later ``free``
+    aborts (``free(): invalid next size (fast)``), in the shell or in every subshell it
+    forks. Upstream's fix is bash-5.2 patch 18 ("fix for returning unknown tokens to the
+    bison parser": ``yylex`` returns ``YYEOF`` after EOF and the grammar gained an
+    ``error YYEOF`` rule). The sandbox runs the host's bash, so this is probed once."""
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argv
+            [bash, "-c", 'echo "${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]} ${BASH_VERSINFO[2]}"'],
+            capture_output=True, text=True, timeout=10, check=False, env={},
+        ).stdout.split()  # fmt: skip
+        major, minor, patch = (int(x) for x in out[:3])
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return True  # unknown: assume the bug (a needless restart costs less than a bad shell)
+    return (major, minor) == (5, 2) and patch < 18
+
+
+def eval_bug_struck(output: bytes, bash: str = "/usr/bin/bash") -> bool:
+    """Whether a command that ran in the long-lived shell planted the heap corruption of
+    :func:`bash_has_eval_bug`: its output holds the shell's own "unexpected EOF while
+    looking for matching `)'" and that bash has the bug. (A command that hides the message,
+    ``2>/dev/null``, is caught one step later: the next parse check dies of SIGABRT and its
+    marker says ``corrupt``.)"""
+    return bool(_COMSUB_EOF.search(output)) and bash_has_eval_bug(bash)
 
 
 _CHUNK, _CHUNKS = 200, 20  # a value travels in up to 20 file names of 200 characters
