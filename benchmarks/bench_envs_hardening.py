@@ -10,8 +10,12 @@
 
 * with ``--flood``: peak host kernel memory while one command creates 400,000 empty files,
   with and without the inode caps.
+* with ``--shmem REV``: host ``Shmem`` (/proc/meminfo) while the memory attacks of issue 21
+  run (``/dev/shm`` and ``/dev`` filled, memfds held), with the code of ``REV`` (its sandbox,
+  supervisor and session modules, read from git) and now, in both shell modes.
 
 Run: ``python benchmarks/bench_envs_hardening.py --before 6811e00 --rounds 30 --flood``
+(issue 21: ``--shmem 3e9e8c5 --rounds 0``)
 """
 
 from __future__ import annotations
@@ -37,11 +41,16 @@ COMMANDS = (
 )
 
 
-def _old_module(rev: str, path: str, name: str) -> types.ModuleType:
-    """A module of revision ``rev`` (stdlib-only modules), loaded under another name."""
+def _old_module(
+    rev: str, path: str, name: str, renames: dict[str, str] | None = None
+) -> types.ModuleType:
+    """A module of revision ``rev`` loaded under another name; ``renames`` rewrites the
+    module names it imports (to other old modules loaded so)."""
     source = subprocess.run(
         ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
     ).stdout
+    for old, new in (renames or {}).items():
+        source = source.replace(f"from {old} import", f"from {new} import")
     module = types.ModuleType(name)
     sys.modules[name] = module  # dataclasses look the module up while the class is built
     exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)  # noqa: S102
@@ -160,24 +169,108 @@ def bench_file_flood() -> list[str]:
     return rows
 
 
+def _shmem_kib() -> int:
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return int(fields["Shmem"].split()[0])
+
+
+# Issue 21's attacks, scaled to finish in seconds: 100 x 8 MiB into /dev/shm, 6,000 files under
+# /dev, and a python3 that holds 64 memfds of 8 MiB (in the background, for 20 s).
+_FILL = (
+    "for i in $(seq 100); do head -c 8M /dev/zero > /dev/shm/f$i 2>/dev/null || break; done; "
+    "mkdir -p /dev/x 2>/dev/null && (cd /dev/x && seq 6000 | xargs touch) 2>/dev/null; "
+)
+_HOLD = (
+    'python3 -c \'import os, time\nfds = []\nfor _ in range(64):\n try:\n  f = os.memfd_create("m")'
+    "\n  os.write(f, bytes(8 << 20)); fds.append(f)\n except OSError: break\n"
+    "print(len(fds), flush=True); time.sleep(20)' "
+)
+
+
+def bench_shmem(rev: str) -> list[str]:
+    """Growth of host Shmem: peak during one fresh-mode command (which holds the memfds for
+    1 s), and 1 s after a persistent-shell command returned (its memfd holder in the
+    background), before (``rev``) and now. Global, so other jobs on the machine add noise."""
+    import threading
+
+    from entropace.envs.os.sandbox import Sandbox, SandboxLimits, _require, empty_state
+    from entropace.envs.os.session import ShellSession
+    from entropace.envs.os.worktree import build_archive
+
+    old_box = _old_module(rev, "src/entropace/envs/os/sandbox.py", "old_sandbox")
+    _old_module(rev, "src/entropace/envs/os/supervisor.py", "old_supervisor",  # for old_ses
+                          {"entropace.envs.os.sandbox": "old_sandbox"})  # fmt: skip
+    old_ses = _old_module(rev, "src/entropace/envs/os/session.py", "old_session",
+                          {"entropace.envs.os.sandbox": "old_sandbox",
+                           "entropace.envs.os.supervisor": "old_supervisor"})  # fmt: skip
+    bwrap, host_uid, unshare = _require()
+    variants = [
+        (f"before ({rev})", old_box.Sandbox, old_box.SandboxLimits, old_ses.ShellSession, unshare),
+        ("now", Sandbox, SandboxLimits, ShellSession, unshare),
+        ("now, bwrap-only fallback", Sandbox, SandboxLimits, ShellSession, None),
+    ]
+    rows = ["| variant | fresh: peak growth during the command (MiB) | memfds made | "
+            "persistent: growth held after the command (MiB) | memfds made |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    fresh_cmd = _FILL + _HOLD.replace("time.sleep(20)", "time.sleep(1)")
+    for name, box_cls, limits_cls, session_cls, outer in variants:
+        box = box_cls(limits_cls(timeout_s=30.0), bwrap=bwrap, host_uid=host_uid, unshare=outer)
+        base = _shmem_kib()
+        peak = [base]
+        done = threading.Event()
+
+        def sample(done: Any = done, peak: list[int] = peak) -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], _shmem_kib())
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=sample)
+        thread.start()
+        result = box.run(fresh_cmd, empty_state())
+        done.set()
+        thread.join()
+        made_fresh = result.output.decode().strip().splitlines()[-1:] or ["-"]
+        time.sleep(1.0)
+        base = _shmem_kib()
+        session = session_cls(box, build_archive([]))
+        try:
+            wait = "for _ in $(seq 500); do [ -s /work/n ] && break; sleep 0.02; done"
+            out = session.run(f"{_FILL} ({_HOLD} > /work/n &); {wait}; cat /work/n").output
+            time.sleep(1.0)
+            held = _shmem_kib() - base
+        finally:
+            session.close()
+        made = out.decode().strip().splitlines()[-1:] or ["-"]
+        rows.append(f"| {name} | {(peak[0] - base) / 1024:.0f} | {made_fresh[0]} | "
+                    f"{held / 1024:.0f} | {made[0]} |")  # fmt: skip
+        time.sleep(1.0)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--before", default="6811e00", help="git revision of the 'before' code")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--flood", action="store_true", help="also the 400k-file flood (~1 min)")
+    parser.add_argument("--shmem", metavar="REV", help="also issue 21's memory attacks")
     args = parser.parse_args()
     print("# Environment hardening: before / after\n")
     flood = " --flood" if args.flood else ""
+    flood += f" --shmem {args.shmem}" if args.shmem else ""
     print(f"Command: `python benchmarks/bench_envs_hardening.py --before {args.before} "
           f"--rounds {args.rounds}{flood}`\n")  # fmt: skip
     bwrap = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"Machine: {platform.machine()}, Linux {platform.release()}, Python "
           f"{platform.python_version()}, {bwrap}, {os.cpu_count()} CPUs.\n")  # fmt: skip
-    print(f"## `os`: one command in a fresh sandbox ({args.rounds} rounds x {len(COMMANDS)} "
-          "commands, medium seed 3, interleaved)\n")  # fmt: skip
-    print("\n".join(bench_sandbox(args.before, args.rounds)))
-    print("\n## Parsers on adversarial input\n")
-    print("\n".join(bench_parsers(args.before)))
+    if args.rounds > 0:
+        print(f"## `os`: one command in a fresh sandbox ({args.rounds} rounds x {len(COMMANDS)} "
+              "commands, medium seed 3, interleaved)\n")  # fmt: skip
+        print("\n".join(bench_sandbox(args.before, args.rounds)))
+        print("\n## Parsers on adversarial input\n")
+        print("\n".join(bench_parsers(args.before)))
+    if args.shmem:
+        print("\n## `os`: host Shmem under the memory attacks of issue 21\n")
+        print("\n".join(bench_shmem(args.shmem)))
     if args.flood:
         print("\n## `os`: one command creating 400,000 empty files (20 s limit)\n")
         print("\n".join(bench_file_flood()))
