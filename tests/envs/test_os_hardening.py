@@ -19,7 +19,7 @@ from entropace.envs.os.actions import observation_output
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits, empty_state, require_bwrap
 from entropace.envs.os.seccomp import filter_program
 from entropace.envs.os.session import ShellSession
-from entropace.envs.os.supervisor import bash_has_eval_bug
+from entropace.envs.os.supervisor import bash_has_eval_bug, eval_bug_struck
 from entropace.envs.os.worktree import build_archive
 
 from .test_os_env import HAS_BWRAP
@@ -351,3 +351,20 @@ def test_eval_cannot_leave_a_corrupted_shell(session: ShellSession, first: str) 
         assert results[0].restarted and "memory was corrupted" in results[0].note, results[0]
     else:  # no corrupted shell is kept: x=1 lives on only where no restart was needed
         assert any(r.restarted for r in results) or session.run("echo $x").output == b"1\n"
+
+
+@pytest.mark.parametrize(
+    ("version", "affected"),
+    [("5 2 15", True), ("5 2 17", True), ("5 2 18", False), ("5 3 0", False), ("5 1 16", False),
+     ("oops", True)],
+)  # fmt: skip
+def test_the_bash_bug_is_known_by_version(tmp_path: Path, version: str, affected: bool) -> None:
+    # bash-5.2 patch 18 is the upstream fix; 5.1 parsed command substitutions another way
+    fake = tmp_path / f"bash-{version.replace(' ', '.')}"
+    fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+    fake.chmod(0o755)
+    assert bash_has_eval_bug(str(fake)) is affected
+    message = b"bash: eval: line 7: unexpected EOF while looking for matching `)'\n"
+    assert eval_bug_struck(message, str(fake)) is affected
+    child = b"bash: -c: line 1: unexpected EOF while looking for matching `)'\n"
+    assert not eval_bug_struck(child, str(fake))  # a child `bash -c`: not this shell's heap

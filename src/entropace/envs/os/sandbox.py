@@ -7,9 +7,13 @@ Design (why one sandbox per command, and why the state travels as a tar stream):
   dropped, the host's ``/usr`` bound read-only (``/bin``, ``/lib``, ``/lib64`` are symlinks into
   it), a synthetic read-only ``/etc`` (``passwd``/``group``, plus the host's ``alternatives``
   symlinks and loader cache), a fresh ``/proc`` and a
-  minimal ``/dev``, and a read-only root. The only writable paths are three private,
-  size-capped tmpfs mounts: ``/work`` (the episode's files), ``/tmp`` (scratch, not kept) and
-  ``/.io`` (the command's captured output), plus a 64 KiB ``/.meta`` for its exit status.
+  minimal, read-only ``/dev`` (its device nodes work; no file can be made there), and a
+  read-only root. The only writable paths are private, size-capped tmpfs mounts: ``/work``
+  (the episode's files), ``/tmp`` (scratch, not kept; ``/dev/shm`` is a second directory of
+  the same tmpfs, so the two share its caps) and ``/.io`` (the command's captured output),
+  plus a 64 KiB ``/.meta`` for its exit status. A seccomp filter
+  (:mod:`entropace.envs.os.seccomp`) refuses ``memfd_create``, ``shmget`` and
+  ``memfd_secret``, whose memory no tmpfs cap would count.
   Further user namespaces are disabled inside (``--disable-userns``): a nested one could mount
   its own tmpfs, sized by the host's memory instead of these caps.
 * The tmpfs mounts also cap **inodes** (``nr_inodes``: a flood of empty files costs kernel
