@@ -359,7 +359,8 @@ def test_eval_cannot_leave_a_corrupted_shell(session: ShellSession, first: str) 
      ("oops", True)],
 )  # fmt: skip
 def test_the_bash_bug_is_known_by_version(tmp_path: Path, version: str, affected: bool) -> None:
-    # bash-5.2 patch 18 is the upstream fix; 5.1 parsed command substitutions another way
+    # fixed upstream in bash-5.2 patch 18; 5.2 is the release that made `$(` parsing call the
+    # parser recursively (NEWS, bash-5.2 item c)
     fake = tmp_path / f"bash-{version.replace(' ', '.')}"
     fake.write_text(f"#!/bin/sh\necho '{version}'\n")
     fake.chmod(0o755)
