@@ -15,7 +15,8 @@ from entropace.envs import EnvSpec, register, specs
 from entropace.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from entropace.train.config import ConfigError, load_config
 from entropace.train.metrics_log import read_metrics
-from entropace.train.trainer import RunDirError, build_model, resolve_device, train
+from entropace.train.rundir import RunDirError
+from entropace.train.trainer import build_model, resolve_device, train
 
 
 class _Echo:

@@ -17,7 +17,7 @@ class RolloutConfig:
             without an end-of-turn token is passed to the environment as is (cut text).
         max_episode_tokens: budget of the whole trajectory (prompt, every turn, every
             observation); the trainer refuses one not above a task's first prompt before its
-            first rollout (:func:`entropace.train.rundir.check_prompt_budget`). A turn that runs into it, or an observation that leaves no room for
+            first rollout (:func:`entropace.train.preflight.check_prompt_budget`). A turn that runs into it, or an observation that leaves no room for
             another generated token, ends the episode abnormally (reason ``"length"``). The
             closing chat-template tokens of the last turn (e.g. ``<|im_end|>\\n``) may exceed it.
         temperature: sampling temperature, in [0.001, 1000]; the statistics (``old_logprobs``, entropy,
