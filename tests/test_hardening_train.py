@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 
 import pytest
 import torch
@@ -243,3 +244,19 @@ def test_a_missing_device_is_named_before_the_model_loads() -> None:
 def test_state_json_written_is_plain_json(run_dir) -> None:
     state = json.loads((list_checkpoints(run_dir / "checkpoints")[-1] / "state.json").read_text())
     assert state["step"] == 2 and state["config"]["tasks"]["names"] == ["hecho"]
+
+
+@pytest.mark.parametrize("algo", ["grpo", "papo"])
+def test_an_episode_budget_below_the_prompt_is_named_on_the_first_rollout(algo, tmp_path) -> None:
+    """Issue 21 item 13: a budget the first prompt already fills was a NaN traceback (PAPO's
+    controller on a batch of zero policy tokens) or a silent run of abnormal episodes; now a
+    ConfigError names the key, the task, the seed and the prompt's length."""
+    cfg = load_config(None, [*RUN, f"algo={algo}", "rollout.max_episode_tokens=8"])
+    says = (r"rollout.max_episode_tokens=8 leaves no room for a reply: 2 of the first "
+            r"rollout's 2 episodes end before their first turn; the longest prompt, task "
+            r"'hecho' seed 0, has (\d+) tokens. Raise rollout.max_episode_tokens to at least")  # fmt: skip
+    with pytest.raises(ConfigError, match=says) as info:
+        train(cfg, tmp_path / "run")
+    assert not list((tmp_path / "run").glob("checkpoints/step_*"))
+    n = int(re.search(says, str(info.value)).group(1))
+    assert n > 8 and f"at least {n + 4} " in str(info.value)  # + max_new_tokens_per_turn

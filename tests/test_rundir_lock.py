@@ -77,6 +77,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # two Python + torch start-ups and a resume: ~12 s CPU, 48 s wall at load 9
 def test_two_processes_on_one_run_directory(tmp_path: Path) -> None:
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "entropace.cli", "train", "--preset", "lab", *LAB,
