@@ -206,7 +206,7 @@ def test_train_commands_and_subprocess_pool(tmp_path: Path, monkeypatch) -> None
     assert [(o.algo, o.action, o.status) for o in outcomes] == [
         ("grpo", "started", "failed"), ("eppo", "started", "stopped"),
     ]  # fmt: skip
-    assert "exit code 3" in outcomes[0].error
+    assert "exit code 3: child grpo; see " in outcomes[0].error  # the log's last line: why
     assert (tmp_path / "logs" / "grpo-seed0.log").read_text() == "child grpo\n"
 
 

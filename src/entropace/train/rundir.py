@@ -102,8 +102,11 @@ class RunDirLock:
     ) -> None:
         self.release()
 
-    def __del__(self) -> None:
-        self.release()
+    def __del__(self) -> None:  # a lock dropped without release(): free it with the object
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 (interpreter shutdown: the kernel frees it anyway)
+            pass
 
 
 def read_holder(directory: str | Path) -> dict[str, Any]:
