@@ -206,7 +206,7 @@ def test_train_commands_and_subprocess_pool(tmp_path: Path, monkeypatch) -> None
     assert [(o.algo, o.action, o.status) for o in outcomes] == [
         ("grpo", "started", "failed"), ("eppo", "started", "stopped"),
     ]  # fmt: skip
-    assert "exit code 3" in outcomes[0].error
+    assert "exit code 3: child grpo; see " in outcomes[0].error  # the log's last line: why
     assert (tmp_path / "logs" / "grpo-seed0.log").read_text() == "child grpo\n"
 
 
@@ -394,3 +394,66 @@ def test_jobs_train_in_subprocesses_like_in_process(tmp_path: Path, capsys, monk
     finally:
         torch.set_num_threads(previous)
     assert _same(_untimed(tmp_path / "inproc"), _untimed(out / "grpo" / "seed1"))
+
+
+# ------------------------------------------------ issue 21: --out, exit status, one process
+def test_out_must_be_a_directory_of_its_own(grid: Path, tmp_path: Path, capsys) -> None:
+    """Items 6 and 15: a file, a path under a file and a run directory are refused, naming
+    the path; nothing is written into them (before: FileExistsError / NotADirectoryError
+    tracebacks, and a grid written silently into a run)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    run = tmp_path / "run"
+    shutil.copytree(grid / "grpo" / "seed0", run)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for out, says in (
+        (blocker, f"--out {blocker} is a file"),
+        (blocker / "sub", f"--out {blocker / 'sub'} is under {blocker}, which is a file"),
+        (run, f"--out {run} is a run directory (it holds config.yaml, metrics.jsonl, checkpoints)"),
+    ):
+        assert _compare(out) == 2
+        assert says in capsys.readouterr().err
+    assert blocker.read_text() == "keep"
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert main(["compare", "--report", str(blocker)]) == 2  # not a traceback either
+    assert "entropace compare: error:" in capsys.readouterr().err
+
+
+def test_a_second_compare_on_one_out_fails_naming_the_first(grid: Path, capsys) -> None:
+    """Item 7: the grid directory is locked by the compare process for the whole grid."""
+    import os
+
+    from entropace.train.rundir import lock_run_dir
+
+    with lock_run_dir(grid, what="grid directory"):
+        assert _compare(grid) == 2
+    err = capsys.readouterr().err
+    assert f"the grid directory is in use by pid {os.getpid()} on " in err
+    assert _compare(grid) == 0  # free again: every run is done, skipped
+
+
+def test_a_stopped_grid_exits_non_zero(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Item 15: Ctrl-C during an in-process grid (the trainer checkpoints the step and
+    stops; the other runs are not started) exits 130, not 0, and says how to continue."""
+    import os
+    import signal
+
+    import torch
+
+    real = trainer_module.update_step
+
+    def ctrl_c_once(*args, **kwargs):
+        monkeypatch.setattr(trainer_module, "update_step", real)
+        os.kill(os.getpid(), signal.SIGINT)  # what the terminal sends; handled by the trainer
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "update_step", ctrl_c_once)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert _compare(tmp_path / "grid") == 130
+    finally:
+        torch.set_num_threads(previous)
+    err = capsys.readouterr().err
+    assert "grpo seed 0: started, stopped" in err and "4 runs stopped or not started" in err
+    assert [r["step"] for r in read_metrics(tmp_path / "grid" / "grpo" / "seed0")] == [1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ from entropace.envs import EnvSpec, register, specs
 from entropace.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from entropace.train.config import ConfigError, load_config
 from entropace.train.metrics_log import read_metrics
-from entropace.train.trainer import RunDirError, build_model, resolve_device, train
+from entropace.train.rundir import RunDirError
+from entropace.train.trainer import build_model, resolve_device, train
 
 
 class _Echo:
@@ -187,7 +189,7 @@ def test_malformed_config_yaml_is_named(run_dir, tmp_path, capsys) -> None:
         ("optim.weight_decay=.nan", "optim.weight_decay must be a finite number >= 0"),
         ("optim.max_grad_norm=.nan", "optim.max_grad_norm must be a finite number > 0"),
         ("model.device=tpu", "model.device: 'tpu' is not a device"),
-        ("G=1", "tasks.group_size must be >= 2"),
+        ("G=1", r"tasks.group_size must be an integer in \[2, 1024\], got 1: every advantage"),
         ("tasks.options={db: {timeout_s: 0}}", "tasks.options.db: timeout_s must be"),
         ("tasks.options={db: {nope: 1}}", r"tasks.options.db: db: unknown option\(s\) \['nope'\]"),
     ],
@@ -195,6 +197,40 @@ def test_malformed_config_yaml_is_named(run_dir, tmp_path, capsys) -> None:
 def test_careless_values_fail_when_the_config_loads(override, says) -> None:
     with pytest.raises(ConfigError, match=says):
         load_config("quick", [override])
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        # issue 21 items 10-14: each loaded (or raised OverflowError) before
+        ("G=999999999999999999999", r"tasks.group_size must be an integer in \[2, 1024\]"),
+        ("P=999999999999999999999", r"tasks.prompts_per_task must be an integer in \[1, 1024\]"),
+        ("seed=999999999999999999999", r"seed must be an integer in \[0, 4294967295\], got 9"),
+        ("steps=999999999999999999999", r"steps must be an integer in \[1, 1000000\]"),
+        ("rollout.temperature=.inf", r"rollout.temperature must be a finite number in \[0.001"),
+        ("rollout.temperature=-.inf", r"rollout.temperature must be a finite number"),
+        ("rollout.max_episode_tokens=999999999999999999999",
+         r"rollout.max_episode_tokens must be an integer in \[2, 1048576\]"),
+        ("rollout.max_new_tokens_per_turn=true", "rollout.max_new_tokens_per_turn: expected an int"),
+        ("model.lora_dropout=.nan", r"model.lora_dropout must be a finite number in \[0, 1\), got nan"),
+        ("model.lora_dropout=-1", r"model.lora_dropout must be a finite number in \[0, 1\)"),
+        ("model.lora_r=0", r"model.lora_r must be an integer in \[1, 4096\], got 0"),
+        ("model.lora_alpha=-1", r"model.lora_alpha must be an integer in \[1, 1048576\]"),
+        ("tasks.seed_offset=999999", "the run needs train seeds up to"),
+        ("tasks.mix={reasoning: 1000} & G=100", "100200 episodes per step"),
+        ("algorithm.overlong.cache_len=2000", "algorithm.overlong.cache_len must be in"),
+        ("algorithm.pacer.warmup_steps=999999999999999999999",
+         r"algorithm.pacer.warmup_steps must be an integer in \[1, 1000000\]"),
+        ("algorithm.loss_options={dual_clip: .nan}", "algorithm.loss_options.dual_clip must be"),
+        ("optim.betas=[.nan, 0.9]", r"optim.betas\[0\] must be a finite number in \[0, 1\)"),
+        ("optim.lr=1e400", "optim.lr must be a finite number > 0, got inf"),
+        ("optim.lr=" + "9" * 400, "optim.lr: 9+ is out of range for a number"),
+    ],
+)  # fmt: skip
+def test_numbers_out_of_range_fail_when_the_config_loads(override, says) -> None:
+    for lora in ("model.lora=false", "model.lora=true"):  # LoRA values checked either way
+        with pytest.raises(ConfigError, match=says):
+            load_config("quick", [lora, *override.split(" & ")])
 
 
 def test_a_missing_device_is_named_before_the_model_loads() -> None:
@@ -208,3 +244,19 @@ def test_a_missing_device_is_named_before_the_model_loads() -> None:
 def test_state_json_written_is_plain_json(run_dir) -> None:
     state = json.loads((list_checkpoints(run_dir / "checkpoints")[-1] / "state.json").read_text())
     assert state["step"] == 2 and state["config"]["tasks"]["names"] == ["hecho"]
+
+
+@pytest.mark.parametrize("algo", ["grpo", "papo"])
+def test_an_episode_budget_below_the_prompt_is_named_on_the_first_rollout(algo, tmp_path) -> None:
+    """Issue 21 item 13: a budget the first prompt already fills was a NaN traceback (PAPO's
+    controller on a batch of zero policy tokens) or a silent run of abnormal episodes; now a
+    ConfigError names the key, the task, the seed and the prompt's length."""
+    cfg = load_config(None, [*RUN, f"algo={algo}", "rollout.max_episode_tokens=8"])
+    says = (r"rollout.max_episode_tokens=8 leaves no room for a reply: 2 of the first "
+            r"rollout's 2 episodes end before their first turn; the longest prompt, task "
+            r"'hecho' seed 0, has (\d+) tokens. Raise rollout.max_episode_tokens to at least")  # fmt: skip
+    with pytest.raises(ConfigError, match=says) as info:
+        train(cfg, tmp_path / "run")
+    assert not list((tmp_path / "run").glob("checkpoints/step_*"))
+    n = int(re.search(says, str(info.value)).group(1))
+    assert n > 8 and f"at least {n + 4} " in str(info.value)  # + max_new_tokens_per_turn

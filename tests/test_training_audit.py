@@ -381,9 +381,9 @@ def test_start_audit_runs_on_every_nth_step_only() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("audit.every=-1", "audit.every must be a finite number >= 0"),
+        ("audit.every=-1", "audit.every must be an integer in \\[0, 1000000\\], got -1"),
         ("audit.every=1.5", "audit.every: expected an integer"),
-        ("audit.max_states=0", "audit.max_states must be a finite number > 0"),
+        ("audit.max_states=0", "audit.max_states must be an integer in \\[1, 16777216\\]"),
         ("audit.mode=realized", "allowed values: \\['realised', 'probe', 'both'\\]"),
         ("audit.probe_step=0", "audit.probe_step must be a finite number > 0"),
         ("audit.evry=2", "did you mean 'every'"),

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from entropace.report.grid import GridRun
 
 from entropace.cli import shipped_presets
 
@@ -18,7 +22,16 @@ runs go to OUT/<algo>/seed<k>/ (ordinary run directories). Running the same comm
 skips finished runs, resumes interrupted ones from their last checkpoint and starts missing
 ones; then the report is written into OUT: compare.md, compare.html, compare.json and PNGs.
 overrides are key.sub=value as for `entropace train` (algo= and seed= are set by the grid).
+OUT is the grid's own directory (not a file, not a run directory); one process at a time
+trains into it (a second compare on OUT fails at once, naming the first).
+
+exit status: 0 every run finished and the report is written; 1 a run failed; 2 a usage,
+config or --out error; 130 the grid was stopped (Ctrl-C / SIGTERM) with runs unfinished
+(the report covers what finished: run the same command again to continue).
 """
+
+#: The exit status of a grid stopped with runs unfinished (128 + SIGINT, as a shell reports).
+EXIT_STOPPED = 130
 
 
 def _algos(text: str) -> list[str]:
@@ -104,7 +117,7 @@ def _report(args: argparse.Namespace, root: Path) -> int:
             root, baseline=args.baseline, last_k=args.last_k, level=args.level,
             crossover_ema=ema,
         )  # fmt: skip
-    except (FileNotFoundError, ValueError, ImportError) as err:
+    except (OSError, ValueError, ImportError) as err:
         return _error(str(err))
     print(f"comparison written to {md.parent} ({md.name}, compare.html, compare.json, PNGs)")
     return 0
@@ -120,14 +133,24 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         return _error(f"training a grid needs {', '.join(missing)} (or --report DIR)")
 
-    from entropace.report.grid import plan_grid, run_grid, write_manifest
+    from entropace.report.grid import check_grid_dir, plan_grid
     from entropace.train.config import ConfigError
+    from entropace.train.rundir import RunDirError, lock_run_dir
 
     seeds = list(range(args.seed_start, args.seed_start + args.seeds))
     try:
+        check_grid_dir(args.out)
         runs = plan_grid(args.preset, args.algos, seeds, args.overrides, args.out)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+        lock = lock_run_dir(args.out, what="grid directory")  # held until the report is written
+    except (ConfigError, ValueError, FileNotFoundError, RunDirError) as err:
         return _error(str(err))
+    with lock:
+        return _train_grid(args, runs, seeds)
+
+
+def _train_grid(args: argparse.Namespace, runs: list[GridRun], seeds: list[int]) -> int:
+    from entropace.report.grid import run_grid, write_manifest
+
     write_manifest(args.out, args.preset, args.algos, seeds, args.overrides)
     cfg = runs[0].cfg
     print(
@@ -144,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         outcomes = run_grid(runs, args.preset, args.out, jobs=args.jobs, say=say)
     except KeyboardInterrupt:
         say(f"interrupted; run the same command again to continue the grid in {args.out}")
-        return 130
+        return EXIT_STOPPED
     failed = [o for o in outcomes if o.status == "failed"]
     stopped = [o for o in outcomes if o.status == "stopped"]
     for o in failed:
@@ -152,4 +175,6 @@ def run(args: argparse.Namespace) -> int:
     if stopped:
         say(f"{len(stopped)} runs stopped or not started; run the same command again to continue")
     code = _report(args, args.out)
-    return 1 if failed else code
+    if failed:
+        return 1
+    return EXIT_STOPPED if stopped else code

@@ -3,7 +3,11 @@
 Layout: ``OUT/<algo>/seed<k>/`` is an ordinary run directory (``config.yaml``,
 ``metrics.jsonl``, ``checkpoints/``), ``OUT/grid.json`` records the last grid asked for (preset,
 algorithms, seeds, overrides) and ``OUT/logs/<algo>-seed<k>.log`` the output of runs trained in
-subprocesses (``--jobs N > 1``).
+subprocesses (``--jobs N > 1``). ``OUT`` must be a directory of its own (:func:`check_grid_dir`:
+not a file, not a run directory). One process per directory: the ``compare`` process locks
+``OUT`` for the whole grid and every run locks its own run directory
+(:mod:`entropace.train.rundir`), so a second ``compare`` on ``OUT``, or a ``train`` into one
+of its runs, fails at once naming the holder.
 
 Each run's config is ``load_config(preset, [*overrides, f"algo={a}", f"seed={s}"])``. Before
 training, a run directory is classified (:func:`run_state`):
@@ -34,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "GRID_FILE",
+    "check_grid_dir",
     "GridRun",
     "RunOutcome",
     "plan_grid",
@@ -101,7 +106,7 @@ def _last_logged_step(run_dir: Path) -> int | None:
 def run_state(run_dir: Path, steps: int) -> str:
     """``done`` / ``partial`` / ``stale`` / ``fresh`` (rules in the module docstring)."""
     from entropace.train.checkpoint import PREFIX, latest_checkpoint
-    from entropace.train.trainer import RUN_FILES
+    from entropace.train.rundir import RUN_FILES
 
     run_dir = Path(run_dir)
     ckpt = latest_checkpoint(run_dir / "checkpoints")
@@ -114,6 +119,31 @@ def run_state(run_dir: Path, steps: int) -> str:
     if any((run_dir / f).exists() for f in RUN_FILES):
         return "stale"
     return "fresh"
+
+
+def check_grid_dir(out: Path) -> None:
+    """Refuse an ``--out`` the grid cannot own: a file, a path under a file, or a run
+    directory (it holds ``config.yaml`` / ``metrics.jsonl`` / ``checkpoints``: the grid would
+    write its runs and report into that run). A missing directory is fine (it is created).
+
+    Raises:
+        ValueError: naming the path and what it is.
+    """
+    from entropace.train.rundir import RUN_FILES
+
+    out = Path(out)
+    for parent in (out, *out.parents):
+        if parent.exists() and not parent.is_dir():
+            what = "is a file" if parent == out else f"is under {parent}, which is a file"
+            raise ValueError(f"--out {out} {what}: give a directory for the grid")
+        if parent.exists():
+            break
+    found = [f for f in RUN_FILES if (out / f).exists()]
+    if found:
+        raise ValueError(
+            f"--out {out} is a run directory (it holds {', '.join(found)}): a grid writes a run "
+            "directory per algorithm and seed, and its report, into a directory of its own"
+        )
 
 
 def plan_grid(
@@ -242,9 +272,13 @@ def _run_subprocesses(
                 child.log.close()
                 child.outcome.seconds = time.perf_counter() - child.started
                 if child.proc.returncode != 0:
+                    log_path = logs / Path(child.log.name).name
+                    last = _last_line(log_path)
                     child.outcome.status = "failed"
                     child.outcome.error = (
-                        f"exit code {child.proc.returncode}; see {logs / Path(child.log.name).name}"
+                        f"exit code {child.proc.returncode}"
+                        + (f": {last}" if last else "")
+                        + f"; see {log_path}"
                     )
                 elif run_state(child.run.run_dir, child.run.cfg.steps) != "done":
                     child.outcome.status = "stopped"
@@ -263,6 +297,15 @@ def _run_subprocesses(
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a child's log (its error, e.g. a locked run directory)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")[:500]
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -16,10 +16,11 @@ class RolloutConfig:
         max_new_tokens_per_turn: generation budget of one assistant turn; a turn that hits it
             without an end-of-turn token is passed to the environment as is (cut text).
         max_episode_tokens: budget of the whole trajectory (prompt, every turn, every
-            observation). A turn that runs into it, or an observation that leaves no room for
+            observation); the trainer refuses one not above a task's first prompt before its
+            first rollout (:func:`entropace.train.preflight.check_prompt_budget`). A turn that runs into it, or an observation that leaves no room for
             another generated token, ends the episode abnormally (reason ``"length"``). The
             closing chat-template tokens of the last turn (e.g. ``<|im_end|>\\n``) may exceed it.
-        temperature: sampling temperature; the statistics (``old_logprobs``, entropy,
+        temperature: sampling temperature, in [0.001, 1000]; the statistics (``old_logprobs``, entropy,
             sensitivity) are computed at this temperature.
         top_p: nucleus sampling threshold (1.0 = off). Statistics ignore it (they describe the
             temperature-scaled full distribution, as in the papers).
@@ -77,31 +78,44 @@ class RolloutConfig:
     stats_from_generation: bool = False
 
     def __post_init__(self) -> None:
-        def positive(name: str, optional: bool) -> None:
+        for name, (lo, hi, lo_open, hi_open) in ROLLOUT_RANGES.items():
             value = getattr(self, name)
-            if value is None and optional:
-                return
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"rollout.{name} must be a positive integer, got {value!r}")
-
-        positive("max_turns", True)
-        positive("max_new_tokens_per_turn", False)
-        positive("max_episode_tokens", False)
-        positive("stats_chunk_size", True)
-        positive("micro_batch_size", True)
-        positive("generation_batch_size", True)
-        for name in ("share_prefix", "reuse_kv", "fused_head", "stats_from_generation"):
+            if value is None and name in OPTIONAL:
+                continue
+            integer = isinstance(lo, int)
+            kinds = int if integer else int | float
+            ok = isinstance(value, kinds) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value)
+            ok = ok and (value > lo if lo_open else value >= lo)
+            ok = ok and (value < hi if hi_open else value <= hi)
+            if not ok:
+                what = "an integer" if integer else "a finite number"
+                span = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+                raise ValueError(f"rollout.{name} must be {what} in {span}, got {value!r}")
+        for name in ("do_sample", "end_on_parse_error", "share_prefix", "reuse_kv", "fused_head",
+                     "stats_from_generation"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"rollout.{name} must be true or false, got {getattr(self, name)!r}"
                 )
-        if not (isinstance(self.temperature, int | float) and self.temperature > 0):
-            raise ValueError(f"rollout.temperature must be > 0, got {self.temperature!r}")
-        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
-            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p!r}")
-        if not (
-            isinstance(self.abnormal_penalty, int | float) and math.isfinite(self.abnormal_penalty)
-        ):
-            raise ValueError(
-                f"rollout.abnormal_penalty must be a finite number, got {self.abnormal_penalty!r}"
-            )
+
+
+#: Most tokens of one episode / one turn (a budget past any model's context is a typo).
+MAX_EPISODE_TOKENS = 2**20
+#: ``name: (lo, hi, lo_open, hi_open)``: the range of every numeric option (int bounds: an
+#: integer option), checked on construction; the trainer's config checks the same ranges
+#: when it loads (``entropace.train.config``). The temperature's bounds keep ``logits / T``
+#: finite in float32 and bfloat16.
+ROLLOUT_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "max_turns": (1, 1000, False, False),
+    "max_new_tokens_per_turn": (1, MAX_EPISODE_TOKENS, False, False),
+    "max_episode_tokens": (2, MAX_EPISODE_TOKENS, False, False),
+    "temperature": (1e-3, 1e3, False, False),
+    "top_p": (0.0, 1.0, True, False),
+    "abnormal_penalty": (-math.inf, math.inf, True, True),
+    "stats_chunk_size": (1, 2**24, False, False),
+    "micro_batch_size": (1, 65_536, False, False),
+    "generation_batch_size": (1, 65_536, False, False),
+}
+#: The options where None is allowed (its meaning is in :class:`RolloutConfig`).
+OPTIONAL = ("max_turns", "stats_chunk_size", "micro_batch_size", "generation_batch_size")

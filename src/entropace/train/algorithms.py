@@ -36,11 +36,13 @@ from entropace.control import (
 )
 from entropace.train.schema import (
     ConfigError,
+    Range,
     build_dataclass,
     check_in,
-    check_positive,
+    check_ranges,
     did_you_mean,
     merge,
+    register_ranges,
 )
 
 __all__ = [
@@ -130,27 +132,43 @@ IDENTITY: dict[str, Any] = {
 }
 
 
+#: Most tokens of DAPO's overlong window (``rollout.max_episode_tokens``' own maximum).
+MAX_OVERLONG_TOKENS = 2**20
+#: Most warmup steps of a controller (the trainer's own maximum of steps).
+MAX_WARMUP = 1_000_000
+
+# The ranges of the section's numbers, checked when it loads (``build_dataclass``) and by
+# :func:`validate_algorithm`; any other number is finite (floats) or in [0, 2**31 - 1] (ints).
+# The controllers' and the losses' configs check their own relations on construction.
+register_ranges(AlgorithmConfig, {
+    "seq_norm": Range(0, lo_open=True),
+    "eps_low": Range(0, 1, lo_open=True, hi_open=True),
+    "eps_high": Range(0, lo_open=True),
+    "kl_beta": Range(0),
+    "entropy_coef": Range(0),
+})  # fmt: skip
+register_ranges(OverlongConfig, {
+    "max_len": Range(1, MAX_OVERLONG_TOKENS),
+    "cache_len": Range(1, MAX_OVERLONG_TOKENS),
+})  # fmt: skip
+register_ranges(PacerConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
+register_ranges(PolarityConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
+
+
 def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmConfig:
-    """Registry and range checks of the algorithm section (``ConfigError`` naming the key);
+    """Range and registry checks of the algorithm section (``ConfigError`` naming the key);
     the loss options are checked against the loss's own config dataclass."""
+    check_ranges(a, key)
     check_in(f"{key}.name", a.name, sorted(RECIPES))
     check_in(f"{key}.advantage", a.advantage, sorted(ADVANTAGE_ESTIMATORS))
     check_in(f"{key}.policy_loss", a.policy_loss, sorted(POLICY_LOSSES))
     check_in(f"{key}.agg", a.agg, list(AGG_MODES))
     check_in(f"{key}.clip_rule", a.clip_rule, sorted(CLIP_RULES))
     loss_config(a, key)
-    for name in ("eps_low", "eps_high"):
-        if getattr(a, name) is not None:
-            check_positive(f"{key}.{name}", getattr(a, name))
-    if a.eps_low is not None and a.eps_low >= 1:
-        raise ConfigError(f"{key}.eps_low must be < 1, got {a.eps_low}")
-    check_positive(f"{key}.kl_beta", a.kl_beta, strict=False)
-    check_positive(f"{key}.entropy_coef", a.entropy_coef, strict=False)
-    if a.seq_norm is not None:
-        check_positive(f"{key}.seq_norm", a.seq_norm)
-    if a.overlong.enabled and not 0 < a.overlong.cache_len <= a.overlong.max_len:
+    # checked whether the penalty is on or not (a value switched on later is then valid)
+    if a.overlong.cache_len > a.overlong.max_len:
         raise ConfigError(
-            f"{key}.overlong.cache_len must be in (0, {key}.overlong.max_len], got "
+            f"{key}.overlong.cache_len must be in [1, {key}.overlong.max_len], got "
             f"{a.overlong.cache_len} (max_len {a.overlong.max_len})"
         )
     return a

@@ -31,16 +31,18 @@ from typing import Any, Literal
 
 import yaml
 
-from entropace.rollout.config import RolloutConfig
+from entropace.rollout.config import ROLLOUT_RANGES, RolloutConfig
 from entropace.train.algorithms import IDENTITY, AlgorithmConfig, get_recipe, validate_algorithm
 from entropace.train.schema import (
     ConfigError,
+    Range,
     build_dataclass,
     check_in,
-    check_positive,
+    check_ranges,
     did_you_mean,
     merge,
     nest,
+    register_ranges,
     to_dict,
 )
 
@@ -292,8 +294,75 @@ def parse_override(text: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+#: Most training steps (each consumes at least one of the train split's 1,000,000 seeds per task).
+MAX_STEPS = 1_000_000
+#: Most samples per prompt (G) and prompts per task (P) ...
+MAX_GROUP = 1024
+MAX_PROMPTS = 1024
+#: ... and most episodes of one step (P x mix x G summed over the tasks).
+MAX_EPISODES_PER_STEP = 65_536
+#: Most rows / token positions of one micro-batch.
+MAX_ROWS = 65_536
+MAX_TOKENS = 2**24
+#: The train split's seeds (``entropace.envs.splits.SPLITS["train"]``).
+TRAIN_SEEDS = 1_000_000
+
+_POSITIVE = Range(0, lo_open=True)
+_NON_NEGATIVE = Range(0)
+
+# The range of every numeric key, checked when the config loads (``build_dataclass``) and by
+# :func:`validate`; a key not named here has its type's default (a finite float; an int in
+# [0, 2**31 - 1]). The rollout and algorithm sections register theirs in their own modules.
+register_ranges(TrainConfig, {
+    "seed": Range(0, 2**32 - 1),  # numpy's and torch's seed range
+    "steps": Range(1, MAX_STEPS),
+})  # fmt: skip
+register_ranges(ModelConfig, {
+    "lora_r": Range(1, 4096),
+    "lora_alpha": Range(1, 2**20),
+    "lora_dropout": Range(0, 1, hi_open=True),
+})  # fmt: skip
+register_ranges(TasksConfig, {
+    "mix": Range(0, MAX_PROMPTS),
+    "prompts_per_task": Range(1, MAX_PROMPTS),
+    "group_size": Range(2, MAX_GROUP, note=(
+        "every advantage estimator compares a sample with its group, so a group of 1 has "
+        "advantage 0 (nothing to learn)")),
+    "seed_offset": Range(0, TRAIN_SEEDS - 1),
+})  # fmt: skip
+register_ranges(OptimConfig, {
+    "lr": _POSITIVE,
+    "weight_decay": _NON_NEGATIVE,
+    "betas": Range(0, 1, hi_open=True),
+    "eps": _POSITIVE,
+    "max_grad_norm": _POSITIVE,
+    "warmup_steps": Range(0, 2**31 - 1),
+})  # fmt: skip
+register_ranges(PPOConfig, {
+    "epochs": Range(1, 1000),
+    "num_minibatches": Range(1, MAX_ROWS),
+    "micro_batch_size": Range(1, MAX_ROWS),
+    "micro_batch_tokens": Range(1, MAX_TOKENS),
+})  # fmt: skip
+register_ranges(LogConfig, {
+    "checkpoint_every": Range(0, MAX_STEPS),
+    "keep_last": Range(1, 1000),
+})  # fmt: skip
+register_ranges(AuditConfig, {
+    "every": Range(0, MAX_STEPS),
+    "max_states": Range(1, MAX_TOKENS),
+    "probe_step": _POSITIVE,
+})  # fmt: skip
+register_ranges(RolloutConfig, {k: Range(*v) for k, v in ROLLOUT_RANGES.items()})
+
+
 def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
-    """Range and registry checks; raises :class:`ConfigError` naming the key."""
+    """Range and registry checks; raises :class:`ConfigError` naming the key.
+
+    Every number is checked against its range (:func:`entropace.train.schema.check_ranges`:
+    the ranges registered above and in the algorithm / rollout modules), then the relations
+    between keys (a step's episodes, the seeds a run consumes, the overlong window)."""
+    check_ranges(cfg)
     validate_algorithm(cfg.algorithm)
 
     t = cfg.tasks
@@ -307,9 +376,8 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
         known = sorted(specs())
         for name in t.names:
             check_in("tasks.names", name, known)
-    for name, w in t.mix.items():
+    for name in t.mix:
         check_in("tasks.mix", name, t.names)
-        check_positive(f"tasks.mix.{name}", w, strict=False)
     for name in t.options:
         check_in("tasks.options", name, t.names)
     if check_envs:  # build one environment per task now, not after the first rollout
@@ -318,42 +386,27 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
                 t.env_factory(name)()
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"tasks.options.{name}: {exc}") from None
-    check_positive("tasks.prompts_per_task", t.prompts_per_task)
-    check_positive("tasks.group_size", t.group_size)
-    if t.group_size < 2:
-        raise ConfigError(
-            f"tasks.group_size must be >= 2, got {t.group_size}: every advantage estimator "
-            "compares a sample with its group, so a group of 1 has advantage 0 (nothing to learn)"
-        )
-    if all(round(t.prompts_per_task * t.mix.get(k, 1.0)) == 0 for k in t.names):
+    counts = {k: round(t.prompts_per_task * t.mix.get(k, 1.0)) for k in t.names}
+    if all(n == 0 for n in counts.values()):
         raise ConfigError("tasks.mix: every task rounds to 0 prompts per step")
-    check_positive("tasks.seed_offset", t.seed_offset, strict=False)
+    episodes = sum(counts.values()) * t.group_size
+    if episodes > MAX_EPISODES_PER_STEP:
+        raise ConfigError(
+            f"tasks.prompts_per_task x tasks.mix x tasks.group_size: {episodes} episodes per "
+            f"step (prompts per task {counts}, G={t.group_size}); at most "
+            f"{MAX_EPISODES_PER_STEP}"
+        )
+    needed = t.seed_offset + cfg.steps * max(counts.values())
+    if needed > TRAIN_SEEDS:
+        raise ConfigError(
+            f"tasks.seed_offset + steps x prompts per step: the run needs train seeds up to "
+            f"{needed:,}, the train split has {TRAIN_SEEDS:,} (seed_offset {t.seed_offset}, "
+            f"steps {cfg.steps}, at most {max(counts.values())} prompts of a task per step)"
+        )
 
     o = cfg.optim
-    check_positive("optim.lr", o.lr)
-    check_positive("optim.max_grad_norm", o.max_grad_norm)
-    check_positive("optim.warmup_steps", o.warmup_steps, strict=False)
-    check_positive("optim.weight_decay", o.weight_decay, strict=False)
-    check_positive("optim.eps", o.eps)
-    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+    if len(o.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
-
-    p = cfg.ppo
-    for key in ("epochs", "num_minibatches", "micro_batch_size"):
-        check_positive(f"ppo.{key}", getattr(p, key))
-    if p.micro_batch_tokens is not None:
-        check_positive("ppo.micro_batch_tokens", p.micro_batch_tokens)
-
-    # the controllers' configs (algorithm.pacer / polarity / bapo) validate themselves on
-    # construction; build_dataclass reports their errors under their dotted key.
-    check_positive("steps", cfg.steps)
-    check_positive("audit.every", cfg.audit.every, strict=False)
-    check_positive("audit.max_states", cfg.audit.max_states)
-    check_positive("audit.probe_step", cfg.audit.probe_step)
-    check_positive("log.checkpoint_every", cfg.log.checkpoint_every, strict=False)
-    check_positive("log.keep_last", cfg.log.keep_last)
-    if cfg.model.lora:
-        check_positive("model.lora_r", cfg.model.lora_r)
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "

@@ -3,21 +3,148 @@
 ``build_dataclass(cls, data)`` checks every key against the dataclass fields (unknown keys get a
 difflib suggestion and the list of allowed keys) and every value against the field's type hint
 (``Literal`` values listed on error; ints accepted for floats; comma strings for lists), and
-reports the dotted key of the offending entry.
+reports the dotted key of the offending entry. Every number is checked against its range
+(:class:`Range`, registered per dataclass with :func:`register_ranges`, else the default of its
+type: a finite float, an int in ``[0, 2**31 - 1]``) before the dataclass is built, so NaN, inf
+and 21-digit integers never reach a dataclass's own checks or the trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Literal
 
 
 class ConfigError(ValueError):
     """A bad configuration: the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric config key may take: finite, within ``lo``..``hi`` (each bound
+    inclusive unless ``lo_open`` / ``hi_open``). ``str(Range(0, 1, hi_open=True))`` is
+    ``"in [0, 1)"``; an unbounded side reads ``"> 0"`` / ``">= 0"``; ``Range()`` is any finite
+    number. Integer bounds (``Range(1, 1024)``) word the error for an integer key; ``note``
+    is appended to the error (why the range is what it is)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() and abs(x) < 2**53 else repr(x)
+
+        lo, hi = math.isfinite(self.lo), math.isfinite(self.hi)
+        if lo and hi:
+            left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+            return f"in {left}{num(self.lo)}, {num(self.hi)}{right}"
+        if lo:
+            return f"{'>' if self.lo_open else '>='} {num(self.lo)}"
+        if hi:
+            return f"{'<' if self.hi_open else '<='} {num(self.hi)}"
+        return ""
+
+    def check(self, key: str, value: float) -> None:
+        """Raise :class:`ConfigError` naming ``key`` unless ``value`` is in the range."""
+        if value not in self:
+            integer = isinstance(self.lo, int) and isinstance(value, int)
+            what = " ".join(
+                filter(None, ["an integer" if integer else "a finite number", str(self)])
+            )
+            note = f": {self.note}" if self.note else ""
+            raise ConfigError(f"{key} must be {what}, got {value!r}{note}")
+
+
+#: The range of an int key whose dataclass registers none (a count or an index).
+INT_RANGE = Range(0, 2**31 - 1)
+#: The range of a float key whose dataclass registers none.
+FLOAT_RANGE = Range()
+
+_RANGES: dict[type, dict[str, Range]] = {}
+
+
+def register_ranges(cls: type, ranges: dict[str, Range]) -> None:
+    """Give fields of the dataclass ``cls`` their own ranges (others keep their type's
+    default, :data:`INT_RANGE` / :data:`FLOAT_RANGE`); a list or mapping of numbers gets the
+    range of each entry."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(ranges) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    _RANGES.setdefault(cls, {}).update(ranges)
+
+
+def _numeric_type(tp: Any) -> type | None:
+    """``int`` / ``float`` for a numeric hint (also inside ``X | None``, ``list[X]`` and
+    ``dict[str, X]``), else None."""
+    if tp in (int, float):
+        return tp
+    origin = typing.get_origin(tp)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _numeric_type(args[0])
+    if origin is list and args:
+        return _numeric_type(args[0])
+    if origin is dict and len(args) == 2:
+        return _numeric_type(args[1])
+    return None
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, resolved once per class (it compiles every annotation)."""
+    return typing.get_type_hints(cls)
+
+
+def field_range(cls: type, name: str) -> Range | None:
+    """The range field ``name`` of dataclass ``cls`` is checked against (None: not a number)."""
+    numeric = _numeric_type(type_hints(cls)[name])
+    if numeric is None:
+        return None
+    return _RANGES.get(cls, {}).get(name, INT_RANGE if numeric is int else FLOAT_RANGE)
+
+
+def _check_number(key: str, value: Any, rng: Range) -> None:
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_number(f"{key}[{i}]", v, rng)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_number(f"{key}.{k}", v, rng)
+    elif value is not None and not isinstance(value, bool) and isinstance(value, int | float):
+        rng.check(key, value)
+
+
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """Check every number of the dataclass ``obj``, nested dataclasses included, against its
+    range (:func:`field_range`); :class:`ConfigError` names the dotted key."""
+    for f in dataclasses.fields(obj):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            check_ranges(value, key)
+            continue
+        rng = field_range(type(obj), f.name)
+        if rng is not None:
+            _check_number(key, value, rng)
 
 
 def did_you_mean(value: str, allowed: list[str] | tuple[str, ...]) -> str:
@@ -88,7 +215,10 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int past float's range
+            raise ConfigError(f"{key}: {value!r} is out of range for a number") from None
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
@@ -98,7 +228,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 
 def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """``cls(**data)`` with unknown keys and bad values reported by their dotted key."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -106,6 +236,9 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         if key not in names:
             raise ConfigError(f"unknown config key {dotted!r}{suggest(str(key), names)}")
         kwargs[key] = coerce(value, hints[key], dotted)
+        rng = field_range(cls, key)
+        if rng is not None:  # before cls(): its own checks never see NaN or a 21-digit int
+            _check_number(dotted, kwargs[key], rng)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:  # a foreign dataclass's own validation

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import random
 import signal
 import sys
@@ -40,7 +39,6 @@ from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import (
     CheckpointError,
-    clean_stale_temporaries,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -58,6 +56,8 @@ from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
+from entropace.train.preflight import check_prompt_budget
+from entropace.train.rundir import RUN_FILES, RunDirError, prepare_run_dir  # noqa: F401 (re-export)
 from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
@@ -346,42 +346,6 @@ def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) ->
         )  # fmt: skip
 
 
-class RunDirError(FileExistsError):
-    """The run directory already holds a run (or cannot be written)."""
-
-
-#: What marks a directory as holding a run.
-RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")
-
-
-def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    """A run directory holds one run: a new run into one that has a run is refused (unless
-    ``overwrite``, which moves the old run aside to ``RUN.old-<time>``; nothing is deleted);
-    the directory must be writable; temporaries of a killed checkpoint save are removed."""
-    if not resume and any((run_dir / f).exists() for f in RUN_FILES):
-        if not overwrite:
-            raise RunDirError(
-                f"{run_dir} already holds a run: continue it with --resume {run_dir}, or pass "
-                "--overwrite to move it aside and start a new one"
-            )
-        aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        n = 0
-        while aside.exists():
-            n += 1
-            aside = aside.with_name(f"{aside.name.split('~')[0]}~{n}")
-        run_dir.rename(aside)
-        logger.warning("moved the previous run in %s aside to %s", run_dir, aside)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise RunDirError(f"{run_dir}: the run directory is not writable ({exc})") from None
-    for stale in clean_stale_temporaries(run_dir / "checkpoints"):
-        logger.warning("removed %s, left by a checkpoint save that was interrupted", stale)
-
-
 def train(
     cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, overwrite: bool = False
 ) -> TrainResult:
@@ -389,12 +353,19 @@ def train(
 
     Writes ``config.yaml``, ``metrics.jsonl``, ``events/`` and ``checkpoints/``. SIGINT or
     SIGTERM writes a checkpoint after the current step and returns (``stopped_by`` set).
+    The run directory is locked for the whole call (:mod:`entropace.train.rundir`): another
+    process training into it gets :class:`RunDirLocked` naming this one.
     """
+    run_dir = Path(run_dir)
+    with prepare_run_dir(run_dir, resume=resume, overwrite=overwrite):
+        return _train(cfg, run_dir, resume=resume)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
+    """:func:`train` in a prepared, locked run directory."""
     from entropace.rollout import collect_rollouts
     from entropace.rollout.batch import task_scores
 
-    run_dir = Path(run_dir)
-    prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
     tune_allocator()  # large tensors in their own mappings: freed memory returns (train/memory.py)
@@ -459,6 +430,8 @@ def train(
                     model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
                     task_names=cfg.tasks.names, seed=seed,
                 )  # fmt: skip
+                if step == start + 1:  # prompts vs rollout.max_episode_tokens (train/preflight)
+                    check_prompt_budget(rollout.batch, cfg.rollout)
                 release_memory()  # the rollout's freed caches back to the kernel
                 batch = rollout.batch.to(device)
                 audit = start_audit(cfg, model, batch, step)  # None unless an audited step
