@@ -70,7 +70,7 @@ def noise_tied_crossovers(
     curves: Mapping[str, Sequence[float]],
     *,
     ema: float = 0.9,
-    k: float = 2.0,
+    k: float = 3.0,
     warmup: int = 20,
 ) -> list[Crossover]:
     """Order flips of the EMA-smoothed curves beyond ``k`` noise SDs, from index ``warmup`` on.
