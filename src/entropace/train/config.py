@@ -233,6 +233,26 @@ class AuditConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Periodic held-out evaluation during training (:mod:`entropace.train.held_out`), logged
+    as ``eval/<task>/success``, ``eval/<task>/reward`` and ``eval/success``.
+
+    Attributes:
+        every: evaluate after every N-th training step and after the last one (0: off).
+        n: held-out seeds per task (the first ``n`` of ``split``, the same at every evaluation).
+        split: the seed split the held-out prompts come from (``test`` / ``test_unseen``).
+        do_sample: sample at the run's temperature instead of greedy decoding.
+        batch_size: episodes per rollout call.
+    """
+
+    every: int = 0
+    n: int = 16
+    split: str = "test"
+    do_sample: bool = False
+    batch_size: int = 64
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; saved as ``RUN/config.yaml``."""
 
@@ -246,6 +266,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     log: LogConfig = field(default_factory=LogConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
@@ -350,6 +371,12 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     check_positive("audit.every", cfg.audit.every, strict=False)
     check_positive("audit.max_states", cfg.audit.max_states)
     check_positive("audit.probe_step", cfg.audit.probe_step)
+    check_positive("eval.every", cfg.eval.every, strict=False)
+    check_positive("eval.n", cfg.eval.n)
+    check_positive("eval.batch_size", cfg.eval.batch_size)
+    from entropace.envs.splits import SPLITS
+
+    check_in("eval.split", cfg.eval.split, [k for k in SPLITS if k != "train"])
     check_positive("log.checkpoint_every", cfg.log.checkpoint_every, strict=False)
     check_positive("log.keep_last", cfg.log.keep_last)
     if cfg.model.lora:
