@@ -18,7 +18,13 @@ from entropace.diagnostics.pace_measures import (
     success_auc,
     time_to_solve,
 )
-from entropace.report.stats import fisher_exact, mcnemar_exact, paired_solves
+from entropace.report.stats import (
+    fisher_exact,
+    holm,
+    mcnemar_exact,
+    paired_solves,
+    paired_t_pvalue,
+)
 
 
 def test_step_noise_recovers_white_noise_sd_around_a_trend() -> None:
@@ -154,3 +160,25 @@ def test_paired_solves_uses_mcnemar_on_shared_seeds_else_fisher() -> None:
     u = paired_solves(a, {201: True, 202: False})
     assert u.test == "Fisher" and (u.solved_a, u.n_a, u.solved_b, u.n_b) == (3, 4, 1, 2)
     assert u.format().startswith("3/4 vs 1/2, Fisher p = ")
+
+
+def test_paired_t_pvalue_against_scipy_and_by_hand() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    a = {1: 0.31, 2: 0.25, 3: 0.40, 4: 0.22, 5: 0.35}
+    b = {1: 0.30, 2: 0.29, 3: 0.33, 4: 0.20, 5: 0.36, 6: 0.9}  # seed 6 has no partner
+    x, y = [a[s] for s in range(1, 6)], [b[s] for s in range(1, 6)]
+    for alt in ("two-sided", "less", "greater"):
+        ref = stats.ttest_rel(x, y, alternative=alt).pvalue
+        assert paired_t_pvalue(a, b, alt) == pytest.approx(ref, rel=1e-9)
+    assert paired_t_pvalue({1: 1.0}, {1: 0.0}) is None
+    assert paired_t_pvalue({1: 1.0, 2: 2.0}, {1: 0.0, 2: 1.0}, "less") == 1.0  # d = 1, 1
+    with pytest.raises(ValueError):
+        paired_t_pvalue(a, b, "bigger")
+
+
+def test_holm_by_hand() -> None:
+    # sorted 0.01, 0.02, 0.04 (m = 3): 0.03, 0.04 (2 x 0.02), max(0.04, 0.04) = 0.04
+    assert holm({"a": 0.02, "b": 0.01, "c": 0.04, "d": None}) == pytest.approx(
+        {"a": 0.04, "b": 0.03, "c": 0.04, "d": None}
+    )
+    assert holm({"a": 0.6, "b": 0.5}) == {"a": 1.0, "b": 1.0}

@@ -193,11 +193,11 @@ def test_v2_tasks_share_no_answer_characters() -> None:
 
 def test_v2_graded_credit_by_hand() -> None:
     hard = LAB_TASKS["lab2-hard"]
-    assert [score_reply(hard, "HbJv", r)[0] for r in ("x", "H", "Hb", "HbJ")] == pytest.approx(
+    assert [score_reply(hard, "lRfD", r)[0] for r in ("x", "l", "lR", "lRf")] == pytest.approx(
         [0.0, 0.2, 0.4, 0.6]
     )
-    assert score_reply(hard, "HbJv", "HbJv and more") == (1.0, True)
-    assert score_reply(LAB_TASKS["lab2-easy"], "UO", "U")[0] == pytest.approx(0.4)
+    assert score_reply(hard, "lRfD", "lRfD and more") == (1.0, True)
+    assert score_reply(LAB_TASKS["lab2-easy"], "SF", "S")[0] == pytest.approx(0.4)
 
 
 def test_v2_codes_are_one_token_per_character_of_the_tiny_tokenizer() -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -110,7 +110,10 @@ def measure_blocks(
     """The report blocks (markdown / HTML, :mod:`entropace.report.summary`) and the JSON of the
     measures over seeds, with paired differences / exact tests against ``baseline``."""
     blocks: list[tuple[Any, ...]] = []
-    js: dict[str, Any] = {"options": dict(options)}
+    js: dict[str, Any] = {
+        "options": dict(options),
+        "runs": {a: [asdict(m) for m in runs] for a, runs in measures.items()},
+    }
     pct = f"{level * 100:g}%"
 
     def per_seed(algo: str, get: Any) -> dict[int, float | None]:

@@ -111,11 +111,11 @@ LAB_TASKS: dict[str, LabTask] = {
             distractors=6,
         ),
         # v2: no shared answers (disjoint alphabets), graded credit, codes of 2 / 3 / 4 letters
-        # chosen among the tiny model's likelier next letters (rank 1 / 2 / 4 at each position,
-        # experiments/offpolicy_lab/choose_codes.py; base rates in docs/lab.md).
-        LabTask("lab2-easy", "easy", "UO", "wk", partial=0.8, distractors=2, alphabet="UOwk"),
-        LabTask("lab2-mid", "medium", "VRl", "qV", partial=0.8, distractors=4, alphabet="VRlq"),
-        LabTask("lab2-hard", "hard", "HbJv", "zH", partial=0.8, distractors=6, alphabet="HbJvz"),
+        # chosen from the tiny model's likeliest next letters, each task's letters its own
+        # (experiments/offpolicy_lab/choose_codes.py; base rates in docs/lab.md).
+        LabTask("lab2-easy", "easy", "SF", "wk", partial=0.8, distractors=2, alphabet="SFwk"),
+        LabTask("lab2-mid", "medium", "JHj", "qY", partial=0.8, distractors=4, alphabet="JHjqY"),
+        LabTask("lab2-hard", "hard", "lRfD", "zQ", partial=0.8, distractors=6, alphabet="lRfDzQ"),
     )
 }
 
