@@ -78,6 +78,7 @@ DOCUMENTED_BOUNDS = {
     "gspo": (3e-4, 4e-4), "clip_cov": (0.2, 0.2), "dcpo": (0.16, 0.2), "ce_gppo": (0.2, 0.2),
     "papo": (0.2, 0.2), "kl_cov": None, "bapo": None, "eppo": None, "eppo+papo": None,
     "eppo-global": None, "eppo-notrend": None, "eppo-success": None, "eppo-rewardvar": None,
+    "eppo-shuffled": None,
 }  # fmt: skip
 
 
@@ -260,6 +261,7 @@ EXPECTED = {  # BASELINES.md / ALGORITHMS.md, field by field
     "eppo-notrend": {"clip_rule": "pacer", "pacer.trend": False, "pacer.task_wise": True},
     "eppo-success": {"clip_rule": "pacer", "pacer.signal": "success"},
     "eppo-rewardvar": {"clip_rule": "pacer", "pacer.signal": "reward_var"},
+    "eppo-shuffled": {"clip_rule": "pacer", "pacer.shuffle": True, "pacer.signal": "entropy"},
 }
 
 

@@ -19,7 +19,7 @@ def linear(start: float, end: float, n: int) -> list[float]:
 
 
 def test_hand_computed_two_steps_three_tasks() -> None:
-    pacer = EntropyPacer()
+    pacer = EntropyPacer(trend_source="ema")  # the pre-issue-23 trend form, kept as an option
     # Step 1 sets the references (1.0, 2.0, 0.5); warmup -> eps0 for every task.
     assert pacer.update({"a": 1.0, "b": 2.0, "c": 0.5}) == {"a": EPS0, "b": EPS0, "c": EPS0}
     out = pacer.update({"a": 0.8, "b": 2.0, "c": 0.6})
@@ -97,7 +97,7 @@ def test_eps_always_within_bounds(steps: list[dict[str, float]], trend: bool) ->
 
 
 def test_spike_alone_lowers_eps_only_with_trend() -> None:
-    on, off = EntropyPacer(trend=True), EntropyPacer(trend=False)
+    on, off = EntropyPacer(trend=True, trend_source="ema"), EntropyPacer(trend=False)
     curve = [1.0, 0.9, 0.8, 0.7]
     for h in curve:
         assert on.update({"a": h}) == {"a": EPS0}  # alone, falling: z = 0, delta = 0
@@ -111,7 +111,7 @@ def test_spike_alone_lowers_eps_only_with_trend() -> None:
 
 
 def test_spike_in_cohort_matches_one_step_hand_computation() -> None:
-    on, off = EntropyPacer(trend=True), EntropyPacer(trend=False)
+    on, off = EntropyPacer(trend=True, trend_source="ema"), EntropyPacer(trend=False)
     for h in [(1.0, 1.0), (0.8, 0.9), (0.6, 0.85)]:
         on.update({"a": h[0], "b": h[1]})
         off.update({"a": h[0], "b": h[1]})
@@ -292,3 +292,88 @@ def test_config_object_or_options() -> None:
         assert a.update(ent) == b.update(ent)
     with pytest.raises(ValueError, match="not both"):
         EntropyPacer(PacerConfig(), alpha=0.3)
+
+
+# ----------------------------------------------------------------------- trend sources (issue 23)
+def test_window_trend_hand_computed() -> None:
+    """delta = max(0, mean(last W q) - mean(W before)) / mean(W before); 0 until 2W ratios."""
+    pacer = EntropyPacer(trend_source="window", trend_window=2)
+    hs = [1.0, 1.0, 0.8, 0.9, 1.2]  # reference 1.0: q = h
+    deltas = []
+    for h in hs:
+        pacer.update({"a": h})
+        deltas.append(pacer.snapshot()["a"]["delta"])
+    assert deltas[:3] == [0.0, 0.0, 0.0]  # fewer than 2W = 4 ratios (the warm-up one counts)
+    assert deltas[3] == 0.0  # mean(0.8, 0.9) = 0.85 < mean(1.0, 1.0): no rise
+    assert deltas[4] == pytest.approx((1.05 - 0.9) / 0.9, abs=1e-12)  # (0.9, 1.2) vs (1.0, 0.8)
+    assert pacer.eps()["a"] == pytest.approx(max(0.15, EPS0 / (1 + (1.05 - 0.9) / 0.9)), abs=1e-12)
+
+
+def test_step_trend_is_the_raw_ratio_rise() -> None:
+    pacer = EntropyPacer(trend_source="step", alpha=0.0, eps_min=0.01)
+    assert pacer.update({"a": 2.0})["a"] == EPS0  # reference
+    pacer.update({"a": 1.0})  # q falls 1.0 -> 0.5: delta 0
+    assert pacer.snapshot()["a"]["delta"] == 0.0
+    out = pacer.update({"a": 1.5})  # q rises 0.5 -> 0.75: delta 0.5
+    assert pacer.snapshot()["a"]["delta"] == pytest.approx(0.5, abs=1e-12)
+    assert out["a"] == pytest.approx(EPS0 / 1.5, abs=1e-12)
+
+
+def test_ema_trend_is_inert_where_window_trend_acts() -> None:
+    """The structural reason for the change: on a 30 % entropy rise held for 5 steps the EMA
+    form (beta = 0.95) moves eps by < 1.6 %, the window form by the rise itself."""
+    curve = [1.0] * 10 + [1.3] * 5
+    eps = {}
+    for source in ("ema", "window"):
+        pacer = EntropyPacer(trend_source=source, alpha=0.0, eps_min=0.01)
+        for h in curve:
+            eps[source] = pacer.update({"a": h})["a"]
+    assert eps["ema"] > EPS0 / 1.016
+    assert eps["window"] == pytest.approx(EPS0 / 1.3, abs=1e-12)
+
+
+@pytest.mark.parametrize("source", ["window", "step", "ema"])
+def test_trend_sources_resume_exactly(source: str) -> None:
+    curve = [1.0, 0.7, 0.9, 1.1, 0.8, 1.4, 1.2, 0.9, 1.5, 1.0]
+    ref = EntropyPacer(trend_source=source, trend_window=3)
+    for h in curve:
+        ref.update({"a": h, "b": 2.0 - h / 2})
+    half = EntropyPacer(trend_source=source, trend_window=3)
+    for h in curve[:4]:
+        half.update({"a": h, "b": 2.0 - h / 2})
+    resumed = EntropyPacer(trend_source=source, trend_window=3)
+    resumed.load_state_dict(json.loads(json.dumps(half.state_dict())))
+    for h in curve[4:]:
+        resumed.update({"a": h, "b": 2.0 - h / 2})
+    assert resumed.snapshot() == ref.snapshot()
+
+
+@pytest.mark.parametrize(
+    "options", [{"trend_source": "median"}, {"trend_window": 0}, {"trend_window": True}]
+)
+def test_bad_trend_options_are_refused(options: dict) -> None:
+    with pytest.raises(ValueError, match="trend_"):
+        EntropyPacer(**options)
+
+
+def test_shuffle_permutes_eppo_values_across_tasks() -> None:
+    """Same multiset of eps_k as EPPO at every step, a different assignment on some steps,
+    and the same permutations after a resume."""
+    curves = {"a": linear(1.0, 0.2, 12), "b": linear(1.0, 0.9, 12), "c": linear(1.0, 0.6, 12)}
+    plain, mixed = EntropyPacer(), EntropyPacer(shuffle=True)
+    moved = 0
+    for s in range(12):
+        step = {t: v[s] for t, v in curves.items()}
+        e, f = plain.update(step), mixed.update(step)
+        assert sorted(e.values()) == pytest.approx(sorted(f.values()), abs=1e-15)
+        moved += e != f
+        assert mixed.snapshot()["a"]["m"] == plain.snapshot()["a"]["m"]  # tracking untouched
+    assert moved >= 3
+    half = EntropyPacer(shuffle=True)
+    for s in range(6):
+        half.update({t: v[s] for t, v in curves.items()})
+    resumed = EntropyPacer(shuffle=True)
+    resumed.load_state_dict(json.loads(json.dumps(half.state_dict())))
+    for s in range(6, 12):
+        resumed.update({t: v[s] for t, v in curves.items()})
+    assert resumed.eps() == mixed.eps()

@@ -463,7 +463,7 @@ FIRST_CALL = {
 PACED = {  # the pacer options each EPPO variant must run with
     "eppo": {}, "eppo+papo": {}, "eppo-global": {"task_wise": False},
     "eppo-notrend": {"trend": False}, "eppo-success": {"signal": "success"},
-    "eppo-rewardvar": {"signal": "reward_var"},
+    "eppo-rewardvar": {"signal": "reward_var"}, "eppo-shuffled": {"shuffle": True},
 }  # fmt: skip
 
 

@@ -69,7 +69,7 @@ def test_distractors_never_show_the_gold_or_the_decoy() -> None:
             shown = obs.split("Not these: ")[1].rstrip(".").split()
             assert len(shown) == len(set(shown)) == task.distractors
             assert info["gold"] not in shown
-            assert all(len(c) == len(info["gold"]) and c.isdigit() for c in shown)
+            assert all(len(c) == len(info["gold"]) and set(c) <= set(task.alphabet) for c in shown)
             if task.decoy:
                 assert not any(c.startswith(task.decoy) for c in shown)
 
@@ -171,3 +171,68 @@ def test_lab_preset_loads_and_validates() -> None:
     assert cfg.rollout.max_new_tokens_per_turn >= longest  # digits are single tokens
     for algo in ("eppo", "eppo-success", "papo", "eppo+papo", "bapo", "clip_cov"):
         assert load_config("lab", [f"algo={algo}"]).algorithm.name == algo
+
+
+# ------------------------------------------------------------------------------ lab v2 (issue 23)
+V2 = ("lab2-easy", "lab2-mid", "lab2-hard")
+
+
+def test_v2_tasks_share_no_answer_characters() -> None:
+    alphabets = [set(LAB_TASKS[n].alphabet) for n in V2]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not alphabets[i] & alphabets[j]
+    for n in V2:  # nothing a v2 task can reply scores on another v2 task
+        for difficulty in ("easy", "medium", "hard"):
+            gold = LAB_TASKS[n].gold(difficulty)
+            for other in V2:
+                if other != n:
+                    t = LAB_TASKS[other]
+                    assert score_reply(t, t.gold(difficulty), gold) == (0.0, False)
+
+
+def test_v2_graded_credit_by_hand() -> None:
+    hard = LAB_TASKS["lab2-hard"]
+    assert [score_reply(hard, "lRfD", r)[0] for r in ("x", "l", "lR", "lRf")] == pytest.approx(
+        [0.0, 0.2, 0.4, 0.6]
+    )
+    assert score_reply(hard, "lRfD", "lRfD and more") == (1.0, True)
+    assert score_reply(LAB_TASKS["lab2-easy"], "SF", "S")[0] == pytest.approx(0.4)
+
+
+def test_v2_codes_are_one_token_per_character_of_the_tiny_tokenizer() -> None:
+    pytest.importorskip("transformers")
+    from entropace.models.tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    for n in V2:
+        for ch in LAB_TASKS[n].alphabet:
+            assert len(tok.encode(ch, add_special_tokens=False)) == 1, (n, ch)
+
+
+def test_v2_oracle_and_prompts_say_characters() -> None:
+    for n in V2:
+        env = make(n)
+        obs, info = env.reset(3)
+        assert "characters" in env.system_prompt
+        ep = run_episode(env, spec(n).oracle(env), 3)
+        assert ep.success and ep.rewards == [1.0]
+
+
+def test_v2_held_out_prompts_never_occur_in_train() -> None:
+    from entropace.envs import seeds
+
+    for n in V2:
+        env = make(n)
+        train = {env.reset(int(s))[0].split(". ", 1)[1] for s in seeds("train", 2000)}
+        test = [env.reset(int(s))[0].split(". ", 1)[1] for s in seeds("test", 300)]
+        # the prompt without its "#seed" header: the distractor lists themselves are new
+        assert not any(t in train for t in test), n
+
+
+def test_lab2_preset_is_a_regime_where_the_clip_can_bind() -> None:
+    cfg = load_config("lab2", [])
+    assert cfg.tasks.names == list(V2)
+    assert cfg.ppo.num_minibatches >= 8  # several optimiser steps per rollout
+    longest = max(len(LAB_TASKS[n].gold(cfg.tasks.difficulty)) for n in cfg.tasks.names)
+    assert cfg.rollout.max_new_tokens_per_turn >= longest

@@ -17,6 +17,10 @@ A reference below ``REF_FLOOR = 1e-6`` (a signal that starts at 0, e.g. a reward
 every group fails) has nothing meaningful to be a ratio of (dividing by it would blow ``q`` up by
 orders of magnitude): then ``q(s) = x(s)`` (the raw value). It is 0 while the
 signal stays at 0, the same value as a ratio that lost everything, and grows when it departs.
+
+``keep > 0`` also keeps the last ``keep`` ratios ``q`` (``recent``; the warm-up observations'
+ratios are filled in when the reference completes), for a trend taken on the raw ratios rather
+than on the EMA (the EPPO pacer's ``trend_source``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class RatioEMA:
     ref: float | None = None
     m: float = 1.0
     m_prev: float = 1.0
+    keep: int = 0
+    recent: list[float] = field(default_factory=list)
 
     @property
     def ref_known(self) -> bool:
@@ -57,14 +63,24 @@ class RatioEMA:
             self.warmup_values.append(float(x))
             if self.count == self.warmup_steps:
                 self.ref = math.fsum(self.warmup_values) / len(self.warmup_values)
+                self._remember(*(self.ratio(v) for v in self.warmup_values))
             return
-        assert self.ref is not None
-        q = x / self.ref if self.ref >= REF_FLOOR else float(x)
+        q = self.ratio(x)
         m = self.beta * self.m + (1.0 - self.beta) * q
         if not math.isfinite(m):
             raise OverflowError(f"EMA ratio overflowed (x={x!r}, ref={self.ref!r})")
         self.count += 1
         self.m_prev, self.m = self.m, m
+        self._remember(q)
+
+    def ratio(self, x: float) -> float:
+        """``q = x / H^ref`` (the raw ``x`` below ``REF_FLOOR``); the reference must be known."""
+        assert self.ref is not None
+        return x / self.ref if self.ref >= REF_FLOOR else float(x)
+
+    def _remember(self, *qs: float) -> None:
+        if self.keep:
+            self.recent = [*self.recent, *map(float, qs)][-self.keep :]
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +89,7 @@ class RatioEMA:
             "ref": self.ref,
             "m": self.m,
             "m_prev": self.m_prev,
+            "recent": list(self.recent),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -81,6 +98,7 @@ class RatioEMA:
         self.ref = None if state["ref"] is None else float(state["ref"])
         self.m = float(state["m"])
         self.m_prev = float(state["m_prev"])
+        self.recent = [float(v) for v in state.get("recent", [])][-self.keep :] if self.keep else []
 
 
 def check_beta_warmup(beta: float, warmup_steps: int) -> None:

@@ -11,7 +11,8 @@ Per training step ``s`` and task ``k`` present in the step's rollout batch:
     z_k      = (m_k - mean_j m_j) / (std_j m_j + 1e-8)    (j over the present, warmed-up tasks;
                                                             population std; z = 0 if < 2 tasks)
     eps_k    = eps0 (1 + alpha tanh z_k)
-    delta_k  = max(0, m_k(s) - m_k(s-1)) / m_k(s-1)       (trend constraint, if ``trend``)
+    delta_k  = max(0, qbar_k(s) - qbar_k(s-W)) / qbar_k(s-W)   (trend constraint, if ``trend``;
+                                                            qbar: mean q_k of W observations)
     eps_k   <- eps_k / (1 + delta_k)
     eps_k   <- clip(eps_k, eps_min, eps_max)
 
@@ -29,7 +30,13 @@ Conventions the spec leaves open (ours, tested):
   other tasks: a task that starts late is paced against the others at once.
 - A task absent from a step keeps its state and its last ``eps_k`` (it is neither updated nor part
   of that step's cohort).
-- ``m_k(s-1)`` in the trend denominator is floored at 1e-8 (it is > 0 whenever ``beta > 0``).
+- The trend's denominator is floored at 1e-8.
+- ``trend_source`` (ALGORITHMS.md section 3, "Trend constraint"): what ``delta_k`` compares.
+  ``"window"`` (default): the mean ``q_k`` of the last ``trend_window`` observations against the
+  mean of the ``trend_window`` before them (0 until ``2 W`` ratios are known);
+  ``"step"``: ``q_k(s)`` against ``q_k(s-1)`` (``W = 1``); ``"ema"`` (the form before issue 23):
+  ``m_k(s)`` against ``m_k(s-1)``, which an EMA of weight ``1 - beta`` keeps below
+  ``(1 - beta) |q_k - m_k| / m_k`` per step (about 1e-3 on the lab: inert).
 
 Ablations (EPPO paper Table 4 and the control its review asks for):
 
@@ -37,6 +44,10 @@ Ablations (EPPO paper Table 4 and the control its review asks for):
   so every task gets ``eps0`` (and ``eps_high0``) every step. ``m``, ``z`` and ``delta`` are still
   tracked and logged, so the run shows the pace mismatch the clip is not reacting to.
 - ``trend=False`` ("w/o trend constraint"): ``delta_k`` is computed and logged, not applied.
+- ``shuffle=True`` (the shuffled-eps control of issue 23): after the bounds are computed, the
+  step's ``eps_k`` are permuted across the present tasks (seeded by the step count). The set of
+  clip ranges is EPPO's, their assignment to tasks is random: a per-task effect that survives it
+  is not EPPO's pacing.
 - ``signal``: what drives the pacer in the slot of ``h_k``:
 
   * ``"entropy"`` (EPPO): ``x_k = h_k``, the mean sampling entropy of task k's tokens.
@@ -56,6 +67,7 @@ Ablations (EPPO paper Table 4 and the control its review asks for):
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -67,7 +79,7 @@ from entropace.control._ratio import (
     check_value,
 )
 
-__all__ = ["EntropyPacer", "PacerConfig", "SIGNALS"]
+__all__ = ["EntropyPacer", "PacerConfig", "SIGNALS", "TREND_SOURCES"]
 
 Z_EPS = 1e-8
 M_FLOOR = 1e-8
@@ -89,6 +101,8 @@ SIGNALS: dict[str, _Signal] = {
     "reward_var": _Signal("task_reward_var", math.inf, lambda var: var),
 }
 _UPPER = {s.argument: s.upper for s in SIGNALS.values()}
+#: What the trend constraint's delta compares (``trend_source=``).
+TREND_SOURCES = ("window", "step", "ema")
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,10 @@ class PacerConfig:
     eps_max: float = 0.30
     warmup_steps: int = 1
     trend: bool = True
+    trend_source: Literal["window", "step", "ema"] = "window"
+    trend_window: int = 5
     task_wise: bool = True
+    shuffle: bool = False
     signal: Literal["entropy", "success", "reward_var"] = "entropy"
     eps_high0: float | None = None
 
@@ -119,9 +136,17 @@ class PacerConfig:
         if not (isinstance(self.alpha, int | float) and 0.0 <= self.alpha < 1.0):
             raise ValueError(f"alpha must be a float in [0, 1), got {self.alpha!r}")
         check_beta_warmup(self.beta, self.warmup_steps)
-        for name in ("trend", "task_wise"):
+        for name in ("trend", "task_wise", "shuffle"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.trend_source not in TREND_SOURCES:
+            raise ValueError(
+                f"unknown trend_source {self.trend_source!r}; allowed values: "
+                + ", ".join(TREND_SOURCES)
+            )
+        w = self.trend_window
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1000:
+            raise ValueError(f"trend_window must be an int in [1, 1000], got {w!r}")
         if self.signal not in SIGNALS:
             raise ValueError(
                 f"unknown signal {self.signal!r}; allowed values: {', '.join(sorted(SIGNALS))}"
@@ -199,7 +224,7 @@ class EntropyPacer:
         for task in present:
             state = self._tasks.get(task)
             if state is None:
-                state = _TaskState(RatioEMA(cfg.beta, cfg.warmup_steps), eps=cfg.eps0)
+                state = _TaskState(self._tracker(), eps=cfg.eps0)
                 self._tasks[task] = state
             x = sig.transform(float(driving[task]))
             try:
@@ -224,7 +249,7 @@ class EntropyPacer:
                 state.eps, state.z, state.delta = cfg.eps0, 0.0, 0.0
                 continue
             state.z = (tr.m - mean) / (std + Z_EPS) if len(cohort) >= 2 else 0.0
-            state.delta = max(0.0, tr.m - tr.m_prev) / max(tr.m_prev, M_FLOOR)
+            state.delta = self._delta(tr)
             if not cfg.task_wise:
                 state.eps = cfg.eps0
                 continue
@@ -232,7 +257,37 @@ class EntropyPacer:
             if cfg.trend:
                 eps = eps / (1.0 + state.delta)
             state.eps = min(max(eps, cfg.eps_min), cfg.eps_max)
+        if cfg.shuffle:
+            self._shuffle(present)
         return {task: self._tasks[task].eps for task in present}
+
+    def _shuffle(self, present: list[str]) -> None:
+        """The shuffled-eps control: permute this step's ``eps_k`` across the present tasks
+        (a permutation seeded by the step count, so a resumed run draws the same ones)."""
+        order = sorted(present)
+        values = [self._tasks[t].eps for t in order]
+        random.Random(f"entropace-pacer-shuffle:{self.steps}").shuffle(values)
+        for task, eps in zip(order, values):
+            self._tasks[task].eps = eps
+
+    def _tracker(self) -> RatioEMA:
+        cfg = self.config
+        keep = 0 if cfg.trend_source == "ema" else 2 * self._window()
+        return RatioEMA(cfg.beta, cfg.warmup_steps, keep=keep)
+
+    def _window(self) -> int:
+        return 1 if self.config.trend_source == "step" else self.config.trend_window
+
+    def _delta(self, tr: RatioEMA) -> float:
+        """The trend term ``delta_k`` of a warmed-up task (see the module docstring)."""
+        if self.config.trend_source == "ema":
+            return max(0.0, tr.m - tr.m_prev) / max(tr.m_prev, M_FLOOR)
+        w = self._window()
+        if len(tr.recent) < 2 * w:
+            return 0.0
+        now = math.fsum(tr.recent[-w:]) / w
+        before = math.fsum(tr.recent[-2 * w : -w]) / w
+        return max(0.0, now - before) / max(before, M_FLOOR)
 
     # ---------------------------------------------------------------------------------- queries
     @property
@@ -308,7 +363,7 @@ class EntropyPacer:
         check_same_config("EntropyPacer", asdict(self.config), dict(state["config"]))
         tasks: dict[str, _TaskState] = {}
         for t, s in state["tasks"].items():
-            tracker = RatioEMA(self.config.beta, self.config.warmup_steps)
+            tracker = self._tracker()
             tracker.load_state_dict(s["tracker"])
             tasks[t] = _TaskState(
                 tracker,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import numpy as np
 
 from entropace.report.compare_plots import draw_band_figure
 from entropace.report.grid import GRID_FILE
+from entropace.report.measures import DEFAULTS, measure_blocks, measure_run
 from entropace.report.runs import RunData, load_run
 from entropace.report.stats import MeanCI, mean_ci, paired_difference
 from entropace.report.summary import (
@@ -198,9 +199,13 @@ def write_compare(
     last_k: int = 5,
     level: float = 0.95,
     crossover_ema: float | None = DEFAULT_CROSSOVER_EMA,
+    measures: Mapping[str, float] | None = None,
 ) -> Path:
     """Write ``compare.md`` / ``compare.html`` / ``compare.json`` and PNGs for the grid in
     ``root`` into ``out_dir`` (default ``root``); returns the path of ``compare.md``.
+
+    ``measures``: options of the issue-23 measures (:data:`entropace.report.measures.DEFAULTS`:
+    ``warmup``, ``k``, ``ema``, ``solve_threshold``).
 
     ``baseline``: the algorithm the paired differences are against; if it is not in the grid
     (or None) the difference tables are left out with a note.
@@ -225,6 +230,12 @@ def write_compare(
         for a, runs in data.items()
     }  # fmt: skip
     tasks = sorted({t for runs in data.values() for r in runs.values() for t in r.tasks})
+    m_opts = {**DEFAULTS, **(measures or {})}
+    per_run = {
+        a: [measure_run(r, s, warmup=int(m_opts["warmup"]), k=m_opts["k"], ema=m_opts["ema"],
+                        solve_threshold=m_opts["solve_threshold"]) for s, r in runs.items()]
+        for a, runs in data.items()
+    }  # fmt: skip
     notes: list[str] = []
     if baseline is not None and baseline not in grid:
         notes.append(f"baseline {baseline!r} is not in the grid: no paired differences")
@@ -295,6 +306,10 @@ def write_compare(
         blocks.append(
             ("table", ["algorithm", *heads, "pairs"], _md_rows(diffs["pace"], PACE_METRICS))
         )
+    m_blocks, m_json = measure_blocks(
+        per_run, tasks, baseline if baseline in grid else None, level, m_opts
+    )
+    blocks += m_blocks
     if eps_lo or eps_hi:
         blocks.append(("h", 2, "Clip range eps_k (last step)"))
         for name, table in (("eps_low", eps_lo), ("eps_high", eps_hi)):
@@ -357,6 +372,7 @@ def write_compare(
         "eps_low": _json_table(eps_lo),
         "eps_high": _json_table(eps_hi),
         "polarity": _json_table(pol),
+        "measures": m_json,
         "runs": [asdict(r) for runs in summaries.values() for r in runs],
         "figures": figures,
         "notes": notes,

@@ -10,6 +10,14 @@ For samples ``x_1..x_n`` (n >= 2), the two-sided ``level`` interval of the mean 
 
 and a paired difference is that interval of ``d_i = a_i - b_i`` over the pairs (same seed).
 With n = 1 there is no interval (``half_width`` is None).
+
+Binary outcomes per seed (a task solved or not) get exact tests instead of t intervals:
+:func:`mcnemar_exact` for paired seeds (the two-sided binomial test on the discordant pairs,
+``p = min(1, 2 P(X <= min(b, c)))``, ``X ~ Bin(b + c, 1/2)``) and :func:`fisher_exact` for two
+independent samples (two-sided: the total probability of the 2x2 tables with the observed margins
+that are at most as probable as the observed one, relative tolerance 1e-7 as in SciPy).
+A family of tests is corrected with Holm's step-down method (:func:`holm`); the p-value of a
+paired t test (:func:`paired_t_pvalue`) uses the same t distribution as the intervals.
 """
 
 from __future__ import annotations
@@ -18,7 +26,19 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["MeanCI", "mean_ci", "paired_difference", "t_cdf", "t_quantile"]
+__all__ = [
+    "ExactTest",
+    "MeanCI",
+    "fisher_exact",
+    "mcnemar_exact",
+    "mean_ci",
+    "paired_difference",
+    "holm",
+    "paired_solves",
+    "paired_t_pvalue",
+    "t_cdf",
+    "t_quantile",
+]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -175,3 +195,134 @@ def paired_difference(
             continue
         diffs.append(float(va) - float(vb))
     return mean_ci(diffs, level)
+
+
+# ----------------------------------------------------------------------------- exact tests
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _check_count(name: str, v: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    return v
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant counts ``b`` (only A solved) and
+    ``c`` (only B solved): ``min(1, 2 sum_{i <= min(b, c)} C(n, i) / 2^n)``, ``n = b + c``;
+    1.0 when ``n = 0``."""
+    b, c = _check_count("b", b), _check_count("c", c)
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = math.fsum(math.exp(_log_comb(n, i) - n * math.log(2.0)) for i in range(min(b, c) + 1))
+    return min(1.0, 2.0 * tail)
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided Fisher exact p-value of the table ``[[a, b], [c, d]]`` (rows: samples,
+    columns: solved / not solved).
+
+    Sums the hypergeometric probabilities of every table with the observed margins whose
+    probability is ``<= P(observed) * (1 + 1e-7)``.
+    """
+    a, b, c, d = (_check_count(n, v) for n, v in zip("abcd", (a, b, c, d)))
+    row1, col1, n = a + b, a + c, a + b + c + d
+    if n == 0:
+        return 1.0
+    lo, hi = max(0, col1 - (n - row1)), min(row1, col1)
+
+    def logp(x: int) -> float:
+        return _log_comb(row1, x) + _log_comb(n - row1, col1 - x) - _log_comb(n, col1)
+
+    observed = logp(a)
+    probs = [logp(x) for x in range(lo, hi + 1)]
+    keep = [math.exp(lp) for lp in probs if lp <= observed + math.log1p(1e-7)]
+    return min(1.0, math.fsum(keep))
+
+
+@dataclass(frozen=True)
+class ExactTest:
+    """Solve counts of two arms and the exact test's two-sided p-value.
+
+    ``paired``: McNemar over the seeds both arms ran (``both``, ``only_a``, ``only_b``,
+    ``neither`` count those seeds); otherwise Fisher over each arm's own seeds (``solved_a`` of
+    ``n_a``, ``solved_b`` of ``n_b``).
+    """
+
+    test: str
+    p_value: float
+    solved_a: int
+    n_a: int
+    solved_b: int
+    n_b: int
+    only_a: int | None = None
+    only_b: int | None = None
+
+    def format(self) -> str:
+        """``"3/12 vs 1/12, McNemar p = 0.625"``."""
+        return (
+            f"{self.solved_a}/{self.n_a} vs {self.solved_b}/{self.n_b}, "
+            f"{self.test} p = {self.p_value:.3g}"
+        )
+
+
+def paired_solves(a: Mapping[int, bool | None], b: Mapping[int, bool | None]) -> ExactTest:
+    """Exact test of solve indicators per seed: McNemar over the common seeds when the two arms
+    share every seed, Fisher over each arm's seeds otherwise (None values are dropped)."""
+    a = {s: bool(v) for s, v in a.items() if v is not None}
+    b = {s: bool(v) for s, v in b.items() if v is not None}
+    if a and set(a) == set(b):
+        only_a = sum(a[s] and not b[s] for s in a)
+        only_b = sum(b[s] and not a[s] for s in a)
+        return ExactTest(
+            "McNemar", mcnemar_exact(only_a, only_b), sum(a.values()), len(a),
+            sum(b.values()), len(b), only_a, only_b,
+        )  # fmt: skip
+    sa, sb = sum(a.values()), sum(b.values())
+    return ExactTest(
+        "Fisher", fisher_exact(sa, len(a) - sa, sb, len(b) - sb), sa, len(a), sb, len(b)
+    )
+
+
+def paired_t_pvalue(
+    a: Mapping[int, float | None], b: Mapping[int, float | None], alternative: str = "two-sided"
+) -> float | None:
+    """p-value of the paired t test of ``d_s = a[s] - b[s]`` (the seeds both have finite).
+
+    ``t = mean(d) / (sd(d) / sqrt(n))`` with ``n - 1`` degrees of freedom; ``alternative``:
+    ``"two-sided"``, ``"less"`` (``a < b``) or ``"greater"``. None with fewer than 2 pairs; with
+    zero spread, 1.0 or 0.0 by the sign of the mean (0 mean: 1.0).
+    """
+    if alternative not in ("two-sided", "less", "greater"):
+        raise ValueError(f"alternative must be two-sided, less or greater, got {alternative!r}")
+    ci = paired_difference(a, b)
+    if ci.n < 2 or ci.mean is None or ci.std is None:
+        return None
+    if ci.std == 0.0:
+        sign = 0 if ci.mean == 0 else (1 if ci.mean > 0 else -1)
+        if sign == 0:
+            return 1.0
+        hit = {"two-sided": True, "less": sign < 0, "greater": sign > 0}[alternative]
+        return 0.0 if hit else 1.0
+    t = ci.mean / (ci.std / math.sqrt(ci.n))
+    df = ci.n - 1
+    if alternative == "less":
+        return t_cdf(t, df)
+    if alternative == "greater":
+        return 1.0 - t_cdf(t, df)
+    return min(1.0, 2.0 * (1.0 - t_cdf(abs(t), df)))
+
+
+def holm(p_values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Holm-adjusted p-values: sorted ascending, ``p_(i) * (m - i + 1)`` made monotone and
+    capped at 1 (``m`` the number of non-None p-values; None stays None)."""
+    items = sorted(((p, k) for k, p in p_values.items() if p is not None), key=lambda x: x[0])
+    m = len(items)
+    out: dict[str, float | None] = {k: None for k in p_values}
+    running = 0.0
+    for i, (p, k) in enumerate(items):
+        running = max(running, min(1.0, (m - i) * p))
+        out[k] = running
+    return out

@@ -289,6 +289,8 @@ for _recipe in (
            "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"trend": False}}),
     Recipe("eppo-success", "EPPO control: pacer driven by EMA success rate, not entropy",
            "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"signal": "success"}}),
+    Recipe("eppo-shuffled", "EPPO control: the step's eps_k permuted across tasks",
+           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"shuffle": True}}),
     Recipe("eppo-rewardvar", "EPPO control: pacer driven by reward variance, not entropy",
            "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"signal": "reward_var"}}),
 ):  # fmt: skip

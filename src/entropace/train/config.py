@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
+from entropace.envs.splits import SPLITS
 from entropace.rollout.config import ROLLOUT_RANGES, RolloutConfig
 from entropace.train.algorithms import IDENTITY, AlgorithmConfig, get_recipe, validate_algorithm
 from entropace.train.schema import (
@@ -235,6 +236,26 @@ class AuditConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Periodic held-out evaluation during training (:mod:`entropace.train.held_out`), logged
+    as ``eval/<task>/success``, ``eval/<task>/reward`` and ``eval/success``.
+
+    Attributes:
+        every: evaluate after every N-th training step and after the last one (0: off).
+        n: held-out seeds per task (the first ``n`` of ``split``, the same at every evaluation).
+        split: the seed split the held-out prompts come from (``test`` / ``test_unseen``).
+        do_sample: sample at the run's temperature instead of greedy decoding.
+        batch_size: episodes per rollout call.
+    """
+
+    every: int = 0
+    n: int = 16
+    split: str = "test"
+    do_sample: bool = False
+    batch_size: int = 64
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; saved as ``RUN/config.yaml``."""
 
@@ -248,6 +269,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     log: LogConfig = field(default_factory=LogConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
@@ -348,6 +370,11 @@ register_ranges(LogConfig, {
     "checkpoint_every": Range(0, MAX_STEPS),
     "keep_last": Range(1, 1000),
 })  # fmt: skip
+register_ranges(EvalConfig, {
+    "every": Range(0, MAX_STEPS),
+    "n": Range(1, 100_000),
+    "batch_size": Range(1, MAX_ROWS),
+})  # fmt: skip
 register_ranges(AuditConfig, {
     "every": Range(0, MAX_STEPS),
     "max_states": Range(1, MAX_TOKENS),
@@ -407,6 +434,7 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     o = cfg.optim
     if len(o.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
+    check_in("eval.split", cfg.eval.split, [k for k in SPLITS if k != "train"])
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
+from entropace.train.held_out import held_out_episodes, per_task_summary
 from entropace.train.trainer import build_model
 
 
@@ -49,7 +49,6 @@ def evaluate(
         e.g. kg's ``f1``)}, "mean_success", "episodes": [per-episode records]}``.
     """
     from entropace.envs import seeds
-    from entropace.rollout import RolloutRequest, collect_rollouts
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
@@ -63,47 +62,13 @@ def evaluate(
         raise FileNotFoundError(f"no checkpoint under {run_dir / 'checkpoints'}")
     model, tokenizer, _ = build_model(cfg.model)
     state = load_checkpoint(path, model=model, restore_rng=False)
-    rollout_cfg = dataclasses.replace(cfg.rollout, do_sample=do_sample)
 
-    requests = []
-    for task in tasks:
-        factory = cfg.tasks.env_factory(task)
-        for s in seeds(split, n):  # type: ignore[arg-type]
-            requests.append(
-                RolloutRequest(task=task, env=factory, seed=int(s), group_id=len(requests))
-            )
-
-    records: list[dict[str, Any]] = []
-    for start in range(0, len(requests), batch_size):
-        chunk = requests[start : start + batch_size]
-        batch = collect_rollouts(
-            model, tokenizer, chunk, rollout_cfg, task_names=tasks, seed=seed + start
-        ).batch
-        for i, req in enumerate(chunk):
-            ep = batch.episodes[i] if batch.episodes else None
-            records.append({
-                "task": req.task,
-                "seed": req.seed,
-                "success": bool(batch.success[i]),
-                "reward": float(batch.rewards[i]),
-                "abnormal": bool(batch.abnormal[i]),
-                "end_reason": ep.end_reason if ep else None,
-                "scores": dict(ep.scores) if ep else {},
-                "actions": [m["content"] for m in ep.messages if m["role"] == "assistant"]
-                if ep else [],
-            })  # fmt: skip
-
-    per_task: dict[str, dict[str, float]] = {}
-    for task in tasks:
-        rows = [r for r in records if r["task"] == task]
-        per_task[task] = {
-            "success": sum(r["success"] for r in rows) / len(rows),
-            "reward": sum(r["reward"] for r in rows) / len(rows),
-            "abnormal": sum(r["abnormal"] for r in rows) / len(rows),
-            "episodes": len(rows),
-        }
-        for key in sorted({k for r in rows for k in r["scores"]}):  # e.g. kg's f1
-            per_task[task][key] = sum(r["scores"].get(key, 0.0) for r in rows) / len(rows)
+    factories = {task: cfg.tasks.env_factory(task) for task in tasks}
+    records = held_out_episodes(
+        model, tokenizer, cfg.rollout, factories, [int(s) for s in seeds(split, n)],  # type: ignore[arg-type]
+        do_sample=do_sample, batch_size=batch_size, seed=seed,
+    )  # fmt: skip
+    per_task = per_task_summary(records, tasks)
     result = {
         "step": int(state["step"]),
         "checkpoint": str(path),

@@ -53,6 +53,7 @@ from entropace.train.config import (
     to_dict,
 )
 from entropace.train.data import Prompt, TaskSampler
+from entropace.train.held_out import held_out_metrics
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
@@ -452,6 +453,10 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                 metrics["time/step"] = now - t_step
                 metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
                 metrics.update(memory_metrics())
+                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                    t_eval = time.perf_counter()
+                    metrics.update(held_out_metrics(model, tokenizer, cfg))
+                    metrics["time/eval"] = time.perf_counter() - t_eval
                 row = writer.write(step, metrics)
                 bar.update(1)
                 bar.set_postfix(_postfix(row), refresh=False)

@@ -23,6 +23,15 @@ The code of a task is the same in every instance (the seed changes the prompt's 
 and their order, not the gold answer): the lab measures how fast a policy commits to a rewarded
 string under each algorithm, not reading. The ``difficulty`` option lengthens every code by 0
 (``easy``), 1 (``medium``) or 2 (``hard``) characters.
+
+**Lab v2** (``lab2-easy``, ``lab2-mid``, ``lab2-hard``; issue 23, ``docs/lab.md``): the v1 tasks
+couple through a shared answer (lab-hard's decoy is lab-easy's code) and stop giving reward
+variance as soon as a task is solved or never found. The v2 tasks share no answer: each writes
+its codes (and distractors) in an alphabet of its own, single-token letters no other task uses,
+so no reply can score on two tasks. Their credit is graded over the whole code (``partial =
+0.8``: every matched leading character is worth ``0.8 / n``), with codes of 2, 3 and 4 characters
+whose first characters have decreasing base rates under the tiny model, so each task keeps
+reward variance while it finds its code one character at a time, at its own pace.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from entropace.envs.base import DIFFICULTIES, WHITESPACE, action_too_long, check_difficulty
+from entropace.envs.splits import in_test_bucket, split_of
 
 __all__ = ["LAB_TASKS", "LabEnv", "LabTask", "lab_oracle", "matched_prefix", "score_reply"]
 
@@ -51,6 +61,8 @@ class LabTask:
         decoy: a prefix (not a prefix of the code) that earns ``decoy_reward``; "" for none.
         decoy_reward: reward of a decoy reply (in [0, 1)).
         distractors: distractor codes listed in the prompt (seeded).
+        alphabet: the characters the task's codes and distractors are written in (default the
+            ten digits; the v2 tasks use letters of their own).
     """
 
     name: str
@@ -61,15 +73,20 @@ class LabTask:
     decoy: str = ""
     decoy_reward: float = 0.0
     distractors: int = 0
+    alphabet: str = "0123456789"
 
     def __post_init__(self) -> None:
-        if not (self.code.isdigit() and self.extension.isdigit() and len(self.extension) >= 2):
-            raise ValueError(f"{self.name}: code and extension must be digits (extension >= 2)")
+        if len(set(self.alphabet)) != len(self.alphabet) or not self.alphabet.isascii():
+            raise ValueError(f"{self.name}: the alphabet must be distinct ASCII characters")
+        chars = set(self.code + self.extension)
+        if not (self.code and chars <= set(self.alphabet) and len(self.extension) >= 2):
+            what = "digits" if self.alphabet.isdigit() else f"characters of {self.alphabet!r}"
+            raise ValueError(f"{self.name}: code and extension must be {what} (extension >= 2)")
         if not 0.0 <= self.partial < 1.0 or not 0.0 <= self.decoy_reward < 1.0:
             raise ValueError(f"{self.name}: partial and decoy_reward must be in [0, 1)")
         if self.decoy and (self.code + self.extension).startswith(self.decoy):
             raise ValueError(f"{self.name}: the decoy {self.decoy!r} must not prefix the code")
-        if self.distractors > 10 ** len(self.code) // 2:
+        if self.distractors > len(self.alphabet) ** len(self.code) // 2:
             raise ValueError(f"{self.name}: too many distractors for a {len(self.code)}-digit code")
 
     def gold(self, difficulty: str) -> str:
@@ -93,6 +110,12 @@ LAB_TASKS: dict[str, LabTask] = {
             decoy_reward=0.15,
             distractors=6,
         ),
+        # v2: no shared answers (disjoint alphabets), graded credit, codes of 2 / 3 / 4 letters
+        # chosen from the tiny model's likeliest next letters, each task's letters its own
+        # (experiments/offpolicy_lab/choose_codes.py; base rates in docs/lab.md).
+        LabTask("lab2-easy", "easy", "SF", "wk", partial=0.8, distractors=2, alphabet="SFwk"),
+        LabTask("lab2-mid", "medium", "JHj", "qY", partial=0.8, distractors=4, alphabet="JHjqY"),
+        LabTask("lab2-hard", "hard", "lRfD", "zQ", partial=0.8, distractors=6, alphabet="lRfDzQ"),
     )
 }
 
@@ -132,21 +155,33 @@ class LabEnv:
     system_prompt = "Reply with the code only: its digits, nothing before them."
 
     def __init__(self, difficulty: str = "easy") -> None:
+        if not self.task.alphabet.isdigit():  # v2: letters (v1's prompt text stays as it was)
+            self.system_prompt = "Reply with the code only: its characters, nothing before them."
         self.difficulty = check_difficulty(difficulty)
         self.name = self.task.name
         self.gold = self.task.gold(self.difficulty)
         self.seed: int | None = None
 
     def _distractors(self, seed: int) -> list[str]:
-        """Seeded distractor codes of the gold's length, none equal to the gold or decoy."""
+        """Seeded distractor codes of the gold's length, none equal to the gold or decoy.
+
+        v2 tasks split by content (:mod:`entropace.envs.splits`): a distractor list belongs to
+        the held-out side when its hash falls in the held-out quarter, and a seed of the
+        ``train`` split only draws lists of the training side (a ``test`` or ``test_unseen``
+        seed only held-out ones), so no held-out prompt's content occurs in training. The v1
+        tasks keep their original draw (their results stay reproducible).
+        """
         rng = random.Random(f"{self.name}:{seed}")
-        out: list[str] = []
-        while len(out) < self.task.distractors:
-            code = "".join(rng.choice("0123456789") for _ in self.gold)
-            bad = code == self.gold or (self.task.decoy and code.startswith(self.task.decoy))
-            if not bad and code not in out:
-                out.append(code)
-        return out
+        held_out = None if self.task.alphabet.isdigit() else split_of(seed) != "train"
+        while True:
+            out: list[str] = []
+            while len(out) < self.task.distractors:
+                code = "".join(rng.choice(self.task.alphabet) for _ in self.gold)
+                bad = code == self.gold or (self.task.decoy and code.startswith(self.task.decoy))
+                if not bad and code not in out:
+                    out.append(code)
+            if held_out is None or in_test_bucket(" ".join(out), 0.25, self.name) == held_out:
+                return out
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         self.seed = int(seed)
@@ -172,7 +207,9 @@ class LabEnv:
             return too_long, 0.0, False, False, {"success": False, "parse_error": True}
         reply = action.lstrip(WHITESPACE)
         if not reply:
-            obs = "Empty reply. Reply with the code's digits."
+            obs = "Empty reply. Reply with the code's " + (
+                "digits." if self.task.alphabet.isdigit() else "characters."
+            )
             return obs, 0.0, False, False, {"success": False, "parse_error": True}
         reward, success = score_reply(self.task, self.gold, reply)
         obs = "Correct." if success else f"Wrong code (reward {reward:.2f})."

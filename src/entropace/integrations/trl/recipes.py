@@ -49,6 +49,7 @@ SUPPORTED: tuple[str, ...] = (
     "eppo-notrend",
     "eppo-success",
     "eppo-rewardvar",
+    "eppo-shuffled",
     "papo",
     "eppo+papo",
 )
