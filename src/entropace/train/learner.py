@@ -10,6 +10,7 @@ loops over.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -85,7 +86,10 @@ class MiniBatch:
     """The per-token tensors an optimiser step needs, for a set of trajectories.
 
     Shapes: ``[b, L]`` except ``eps_low``/``eps_high`` ``[b, 1]``, ``task_ids`` and
-    ``group_ids`` ``[b]``.
+    ``group_ids`` ``[b]``. ``old_logprobs`` is the policy the ratio is taken against: the
+    behaviour policy's (recorded at sampling), or with ``ppo.decoupled`` the proximal one
+    (the learner at update start), ``behaviour_weights`` then holding ``pi_prox / pi_behav``
+    (:func:`entropace.algos.behaviour_importance_weights`).
     """
 
     input_ids: Tensor
@@ -98,6 +102,7 @@ class MiniBatch:
     task_ids: Tensor
     group_ids: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    behaviour_weights: Tensor | None = None
 
     def select(self, index: Tensor) -> MiniBatch:
         """Rows ``index``, trimmed to their longest real sequence (right padding)."""
@@ -114,10 +119,41 @@ class MiniBatch:
         return MiniBatch(**out)
 
 
+def update_autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """The update's autocast context: ``torch.autocast(device, bfloat16)`` for
+    ``ppo.autocast=bf16`` (fp32 master weights and gradients), a no-op for ``none``."""
+    if cfg.ppo.autocast == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def current_logprobs(
     model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool
 ) -> tuple[Tensor, Tensor]:
-    """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature."""
+    """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature
+    (under ``ppo.autocast``)."""
+    with update_autocast(cfg, mb.input_ids.device):
+        return _token_stats(model, mb, cfg, grad=grad)
+
+
+def proximal_logprobs(learner: Learner, data: MiniBatch) -> Tensor:
+    """``log pi_prox(y_t)`` ``[B, L]`` of every row of ``data``: the learner's current
+    weights (at update start: the proximal policy of ``ppo.decoupled``, and the learner side
+    of ``rollout/behaviour_kl``), in one no-grad pass over the micro-batches of
+    :func:`plan_micro_batches` (the same micro-batching and mode as the update's passes, so
+    its values are those the first optimiser step's forward computes); 0 where masked."""
+    out = torch.zeros_like(data.old_logprobs)
+    with torch.no_grad():
+        for index in plan_micro_batches(data, learner.cfg):
+            micro = data.select(index)
+            lp, _ = current_logprobs(learner.model, micro, learner.cfg, grad=False)
+            out[index.to(out.device), : lp.shape[1]] = lp.float() * micro.loss_mask
+    return out
+
+
+def _token_stats(
+    model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool
+) -> tuple[Tensor, Tensor]:
     stats = sequence_token_stats(
         model,
         mb.input_ids,
@@ -175,7 +211,9 @@ def accumulate_gradients(
 
     Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics as
     ``metric/<name>`` and, per task (``[K]`` vectors indexed by task id), the counts of each of
-    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``. Flags, tokens and
+    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``, and over the
+    gradient-carrying tokens (advantage != 0) as ``flag_active/<name>`` and ``tokens_active``.
+    Flags, tokens and
     metrics cover the rows that ran: the loss's metrics (means with the global token count,
     :class:`entropace.algos.LossOutput`) are rescaled to means over the tokens that ran,
     ``* num_tokens / ran_tokens`` (the ``*_min`` / ``*_max`` extremes as they are).
@@ -195,7 +233,8 @@ def accumulate_gradients(
             logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
             eps_low=micro.eps_low if eps is None else eps[0],
             eps_high=micro.eps_high if eps is None else eps[1],
-            agg=a.agg, seq_norm=seq_norm, generator=generator, **counts,
+            agg=a.agg, seq_norm=seq_norm, generator=generator,
+            behaviour_weights=micro.behaviour_weights, **counts,
         )  # fmt: skip
         out = learner.loss(inputs, learner.loss_config)
         loss = out.loss
@@ -215,10 +254,14 @@ def accumulate_gradients(
             if name not in out.flags:  # flag fractions are pooled from the flags below
                 _add(total, f"metric/{name}", value)
         tokens = micro.loss_mask > 0
+        active = tokens & (micro.advantages != 0)  # gradient-carrying tokens
         _add(total, "tokens", torch.bincount(micro.task_ids, tokens.sum(1).double(), minlength=k))
+        _add(total, "tokens_active", torch.bincount(micro.task_ids, active.sum(1).double(), k))
         for name, flag in out.flags.items():
             per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
             _add(total, f"flag/{name}", per_task)
+            per_task = torch.bincount(micro.task_ids, (flag & active).sum(1).double(), k)
+            _add(total, f"flag_active/{name}", per_task)
     if rows is not None:  # the loss's metrics as means over the tokens that ran
         scale = num_tokens.double() / loss_counts(run.loss_mask)[0].double().clamp_min(1.0)
         for name in total:

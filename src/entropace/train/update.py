@@ -11,7 +11,13 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
     ``polarity_reweight`` (sum |A| preserved);
 (d) per-token clip bounds from the per-task bounds;
-(e) ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
+(e) off-policy batches first (``ppo.decoupled``, or a batch marked ``off_policy``: an
+    asynchronous worker's or a cross-policy pool's tokens): ONE no-grad pass of the learner
+    at update start over the kept rows (:func:`entropace.train.learner.proximal_logprobs`)
+    gives ``rollout/behaviour_kl`` (k3 of behaviour vs learner, mean over masked tokens) and,
+    with ``ppo.decoupled``, the proximal log-probs the ratio is taken against and the
+    behaviour weights ``pi_prox / pi_behav`` (AReaL, :mod:`entropace.algos.decoupled`). Then
+    ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
     and gradient do not depend on the micro-batch size
     (:func:`entropace.train.learner.accumulate_gradients`); a non-finite loss or gradient skips
@@ -45,6 +51,7 @@ from entropace.train.learner import (
     combine_metric,
     current_logprobs,
     optimizer_step,
+    proximal_logprobs,
 )
 
 #: Loss flags logged at the top level (the others as ``loss/<name>``).
@@ -197,6 +204,8 @@ def update_step(
     )
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
+    if (cfg.ppo.decoupled.enabled or batch.off_policy) and kept.numel():
+        metrics.update(off_policy_inputs(learner, data, kept))
 
     # Every loss term is A-weighted (and there is no KL or entropy bonus): a trajectory whose
     # advantage is 0 on every token ("inert") contributes exactly 0 to the loss and gradient.
@@ -264,6 +273,32 @@ def update_step(
     return metrics
 
 
+def off_policy_inputs(learner: Learner, data: MiniBatch, kept: Tensor) -> dict[str, float]:
+    """The proximal pass over the rows ``kept`` of ``data`` (section (e)); returns
+    ``rollout/behaviour_kl``. With ``ppo.decoupled`` it replaces, on those rows,
+    ``data.old_logprobs`` (the behaviour policy's) by the proximal ones and sets
+    ``data.behaviour_weights`` (``pi_prox / pi_behav``, 0 where above the cap; 0 on rows
+    left out, which never run)."""
+    rows = data.select(kept)
+    prox = proximal_logprobs(learner, rows)  # [k, L'] (rows trimmed to their longest)
+    width = prox.shape[1]
+    behav = rows.old_logprobs
+    mask = rows.loss_mask
+    k3 = algos.behaviour_kl_k3(prox, behav, mask)
+    out = {"rollout/behaviour_kl": float(k3.sum() / mask.sum().clamp_min(1.0))}
+    dec = learner.cfg.ppo.decoupled
+    if dec.enabled:
+        weights, _capped = algos.behaviour_importance_weights(
+            prox, behav, mask, dec.behaviour_weight_cap
+        )
+        old = data.old_logprobs.clone()
+        old[kept, :width] = prox
+        full = torch.zeros_like(data.old_logprobs)
+        full[kept, :width] = weights
+        data.old_logprobs, data.behaviour_weights = old, full
+    return out
+
+
 def _combine_into(sums: dict[str, Tensor], name: str, value: Tensor) -> None:
     sums[name] = combine_metric(name, sums[name], value) if name in sums else value
 
@@ -284,7 +319,10 @@ def update_metrics(
     whose passes ran, or the min / max for ``*_min`` / ``*_max``; the loss's flags are pooled
     over every masked token that ran: ``clip_frac_low`` / ``clip_frac_high`` at the top level
     and per task, the others as ``loss/<name>`` and per task (a task none of whose tokens ran
-    has no per-task flag metric).
+    has no per-task flag metric). Beside each, ``<flag>_active``: the same fraction over the
+    gradient-carrying tokens (masked, advantage != 0) that ran, which is what a clip range
+    acts on (an inert token's flag never changes a gradient); ``update/active_token_frac``
+    is their share of the masked tokens that ran.
     """
     out: dict[str, float] = {
         "optimizer_steps": len(losses),
@@ -303,6 +341,8 @@ def update_metrics(
     if "kl" in sums:
         out["kl"] = float(sums["kl"]) / measured
     tokens = sums["tokens"]
+    active = sums["tokens_active"]
+    out["update/active_token_frac"] = float(active.sum() / tokens.sum().clamp_min(1.0))
     for key, value in sums.items():
         if key.startswith("metric/"):
             name = key[len("metric/") :]
@@ -317,6 +357,15 @@ def update_metrics(
             for k, task in enumerate(names):
                 if float(tokens[k]) > 0:
                     out[f"task/{task}/{name}"] = float(value[k] / tokens[k])
+        elif key.startswith("flag_active/"):
+            name = key[len("flag_active/") :]
+            top = name in TOP_LEVEL_FLAGS
+            out[f"{name}_active" if top else f"loss/{name}_active"] = float(
+                value.sum() / active.sum().clamp_min(1.0)
+            )
+            for k, task in enumerate(names):
+                if float(active[k]) > 0:
+                    out[f"task/{task}/{name}_active"] = float(value[k] / active[k])
     return out
 
 
