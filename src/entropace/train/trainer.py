@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
+from entropace.train.snapshots import PolicyPool
 from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
@@ -403,6 +404,10 @@ def train(
     model, tokenizer, device = build_model(cfg.model)
     learner = build_learner(cfg, model)
     sampler = TaskSampler(cfg.tasks)
+    pool = PolicyPool.build(  # cross-policy sampling's snapshots and other models, or None
+        cfg.rollout.cross_policy,
+        lambda name: build_model(replace(cfg.model, name=name, lora=False))[0],
+    )
 
     start = 0
     if resume:
@@ -458,12 +463,15 @@ def train(
                 rollout = collect_rollouts(
                     model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
                     task_names=cfg.tasks.names, seed=seed,
+                    policies=pool.members(model) if pool is not None else (),
                 )  # fmt: skip
                 release_memory()  # the rollout's freed caches back to the kernel
                 batch = rollout.batch.to(device)
                 audit = start_audit(cfg, model, batch, step)  # None unless an audited step
                 t_update = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed)
+                if pool is not None:
+                    pool.before_update(model)
                 metrics = update_step(learner, batch, generator=generator)
                 release_memory()  # the update's freed activations back to the kernel
                 metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
