@@ -17,13 +17,14 @@ import torch
 
 pytest.importorskip("transformers")
 
+from tests.test_rollout import CounterEnv, reference_stats, requests  # noqa: E402
+
 from entropace.models.tiny import build_tiny_model  # noqa: E402
 from entropace.rollout import RolloutConfig, collect_rollouts  # noqa: E402
 from entropace.rollout.cross_policy import TurnChooser  # noqa: E402
 from entropace.train.config import load_config  # noqa: E402
 from entropace.train.learner import MiniBatch, proximal_logprobs  # noqa: E402
 from entropace.train.trainer import build_learner  # noqa: E402
-from tests.test_rollout import CounterEnv, reference_stats, requests  # noqa: E402
 
 TEMPERATURE = 0.8
 
@@ -133,7 +134,13 @@ def test_behaviour_log_probs_equal_the_learners_recomputation_under_the_snapshot
     m0, m1, tok = pool
     tcfg = load_config(
         None,
-        ["tasks=counter", f"rollout.temperature={TEMPERATURE}", "ppo.micro_batch_size=2"],
+        [
+            "tasks=counter",
+            f"rollout.temperature={TEMPERATURE}",
+            "ppo.micro_batch_size=2",
+            "rollout.max_new_tokens_per_turn=8",
+            "rollout.max_episode_tokens=400",
+        ],
         check_envs=False,
     )
     batch = collect_rollouts(

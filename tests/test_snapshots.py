@@ -7,6 +7,8 @@ import torch
 
 pytest.importorskip("transformers")
 
+from tests.test_trainer import OVERRIDES  # noqa: E402
+
 from entropace.models.tiny import build_tiny_model  # noqa: E402
 from entropace.rollout.config import CrossPolicyConfig  # noqa: E402
 from entropace.train.config import load_config  # noqa: E402
@@ -14,7 +16,6 @@ from entropace.train.metrics_log import read_metrics  # noqa: E402
 from entropace.train.recompute import checkpoint_mlps  # noqa: E402
 from entropace.train.snapshots import PolicyPool  # noqa: E402
 from entropace.train.trainer import train  # noqa: E402
-from tests.test_trainer import OVERRIDES  # noqa: E402
 
 
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
