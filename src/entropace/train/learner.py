@@ -132,41 +132,57 @@ def current_logprobs(
 ) -> tuple[Tensor, Tensor]:
     """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature
     (under ``ppo.autocast``)."""
-    with update_autocast(cfg, mb.input_ids.device):
-        return _token_stats(model, mb, cfg, grad=grad)
+    stats = _token_stats(model, mb, cfg, grad=grad)
+    return stats.logprob, stats.entropy
 
 
-def proximal_logprobs(learner: Learner, data: MiniBatch) -> Tensor:
-    """``log pi_prox(y_t)`` ``[B, L]`` of every row of ``data``: the learner's current
-    weights (at update start: the proximal policy of ``ppo.decoupled``, and the learner side
-    of ``rollout/behaviour_kl``), in one no-grad pass over the micro-batches of
-    :func:`plan_micro_batches` (the same micro-batching and mode as the update's passes, so
-    its values are those the first optimiser step's forward computes); 0 where masked."""
-    out = torch.zeros_like(data.old_logprobs)
+@dataclass
+class ProximalStats:
+    """The learner's statistics at update start (the proximal policy), ``[B, L]`` float32,
+    0 where masked: ``logprob``, ``entropy``, ``sensitivity`` (PAPO's ``S = t2 - t1``)."""
+
+    logprob: Tensor
+    entropy: Tensor
+    sensitivity: Tensor
+
+
+def proximal_statistics(learner: Learner, data: MiniBatch) -> ProximalStats:
+    """One no-grad pass of the learner's current weights over every row of ``data``, in the
+    micro-batches of :func:`plan_micro_batches` and the update's mode and autocast (so the
+    log-probs are those the first optimiser step's forward computes). At update start this is
+    the proximal policy of ``ppo.decoupled``, the learner side of ``rollout/behaviour_kl``, and
+    the policy whose entropy and sensitivities EPPO and PAPO read on off-policy batches
+    (ALGORITHMS.md section 9)."""
+    out = [torch.zeros_like(data.old_logprobs, dtype=torch.float32) for _ in range(3)]
     with torch.no_grad():
         for index in plan_micro_batches(data, learner.cfg):
             micro = data.select(index)
-            lp, _ = current_logprobs(learner.model, micro, learner.cfg, grad=False)
-            out[index.to(out.device), : lp.shape[1]] = lp.float() * micro.loss_mask
-    return out
+            stats = _token_stats(learner.model, micro, learner.cfg, grad=False)
+            rows = index.to(out[0].device)
+            for full, value in zip(out, (stats.logprob, stats.entropy, stats.sensitivity)):
+                full[rows, : value.shape[1]] = value.float() * micro.loss_mask
+    return ProximalStats(*out)
 
 
-def _token_stats(
-    model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool
-) -> tuple[Tensor, Tensor]:
-    stats = sequence_token_stats(
-        model,
-        mb.input_ids,
-        mb.attention_mask,
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.rollout.stats_chunk_size,
-        micro_batch_size=None,
-        grad=grad,
-        loss_mask=mb.loss_mask,
-        groups=mb.group_ids if cfg.ppo.share_prefix else None,
-        fused_head=cfg.ppo.fused_head,
-    )
-    return stats.logprob, stats.entropy
+def proximal_logprobs(learner: Learner, data: MiniBatch) -> Tensor:
+    """``log pi_prox(y_t)`` ``[B, L]``: :func:`proximal_statistics`' log-probs."""
+    return proximal_statistics(learner, data).logprob
+
+
+def _token_stats(model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool) -> Any:
+    with update_autocast(cfg, mb.input_ids.device):
+        return sequence_token_stats(
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            temperature=cfg.rollout.temperature,
+            chunk_size=cfg.rollout.stats_chunk_size,
+            micro_batch_size=None,
+            grad=grad,
+            loss_mask=mb.loss_mask,
+            groups=mb.group_ids if cfg.ppo.share_prefix else None,
+            fused_head=cfg.ppo.fused_head,
+        )
 
 
 def combine_metric(name: str, a: Tensor, b: Tensor) -> Tensor:

@@ -313,7 +313,8 @@ def start_audit(cfg: TrainConfig, model: Any, batch: Any, step: int) -> Training
     adv, keep = token_advantages(batch, cfg)
     return TrainingAudit.start(
         model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-        adv * keep[:, None], batch.sensitivity, temperature=cfg.rollout.temperature,
+        adv * keep[:, None], None if batch.off_policy else batch.sensitivity,
+        temperature=cfg.rollout.temperature,
         max_states=a.max_states, generator=torch.Generator().manual_seed(step_seed(cfg, step)),
         realised=a.mode != "probe", probe_step=a.probe_step if a.mode != "realised" else None,
         micro_batch_size=cfg.ppo.micro_batch_size,

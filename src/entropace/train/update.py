@@ -3,6 +3,13 @@
 Given the step's :class:`~entropace.rollout.batch.RolloutBatch` (trajectories with sampling
 log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:`update_step`:
 
+(0) off-policy batches only (``ppo.decoupled``, or a batch marked ``off_policy``: an
+    asynchronous worker's or a cross-policy pool's tokens): ONE no-grad pass of the learner at
+    update start over the batch (:func:`entropace.train.learner.proximal_statistics`); its
+    entropy and sensitivities replace the recorded ones for (a)-(c), so EPPO and PAPO read the
+    policy being updated (ALGORITHMS.md section 9); on-policy batches skip it (the recorded
+    statistics ARE the learner's);
+
 (a) per-task rollout statistics in one pass (:func:`entropace.control.task_sums`), then the
     controllers, BEFORE the update: the clip rule (EPPO's pacer reads per-task mean entropy
     ``h_k`` of masked tokens) and PAPO's controller (batch mean entropy -> ``w_plus, w_minus``);
@@ -11,12 +18,10 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
     ``polarity_reweight`` (sum |A| preserved);
 (d) per-token clip bounds from the per-task bounds;
-(e) off-policy batches first (``ppo.decoupled``, or a batch marked ``off_policy``: an
-    asynchronous worker's or a cross-policy pool's tokens): ONE no-grad pass of the learner
-    at update start over the kept rows (:func:`entropace.train.learner.proximal_logprobs`)
-    gives ``rollout/behaviour_kl`` (k3 of behaviour vs learner, mean over masked tokens) and,
-    with ``ppo.decoupled``, the proximal log-probs the ratio is taken against and the
-    behaviour weights ``pi_prox / pi_behav`` (AReaL, :mod:`entropace.algos.decoupled`). Then
+(e) off-policy inputs: the proximal pass (below) gives ``rollout/behaviour_kl`` (k3 of
+    behaviour vs learner, mean over the kept rows' masked tokens) and, with
+    ``ppo.decoupled``, the proximal log-probs the ratio is taken against and the behaviour
+    weights ``pi_prox / pi_behav`` (AReaL, :mod:`entropace.algos.decoupled`). Then
     ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
     and gradient do not depend on the micro-batch size
@@ -35,6 +40,7 @@ Returns a flat dict of metrics (the ``metrics.jsonl`` contract, timings aside).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -51,7 +57,7 @@ from entropace.train.learner import (
     combine_metric,
     current_logprobs,
     optimizer_step,
-    proximal_logprobs,
+    proximal_statistics,
 )
 
 #: Loss flags logged at the top level (the others as ``loss/<name>``).
@@ -164,6 +170,13 @@ def update_step(
     names = batch.task_names
     mask = batch.loss_mask
 
+    # off-policy batches: the learner's own statistics at update start (the proximal policy,
+    # ALGORITHMS.md section 9) replace the recorded entropy and sensitivities for (a)-(c)
+    prox = None
+    if cfg.ppo.decoupled.enabled or batch.off_policy:
+        prox = proximal_statistics(learner, _all_rows(batch))
+        batch = dataclasses.replace(batch, entropy=prox.entropy, sensitivity=prox.sensitivity)
+
     # (a) per-task statistics (one pass), controllers before the update
     signals, metrics = batch_signals(batch)
     bounds = learner.clip_rule.on_step(signals)
@@ -204,8 +217,8 @@ def update_step(
     )
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
-    if (cfg.ppo.decoupled.enabled or batch.off_policy) and kept.numel():
-        metrics.update(off_policy_inputs(learner, data, kept))
+    if prox is not None and kept.numel():
+        metrics.update(off_policy_inputs(learner, data, prox.logprob, kept))
 
     # Every loss term is A-weighted (and there is no KL or entropy bonus): a trajectory whose
     # advantage is 0 on every token ("inert") contributes exactly 0 to the loss and gradient.
@@ -273,17 +286,29 @@ def update_step(
     return metrics
 
 
-def off_policy_inputs(learner: Learner, data: MiniBatch, kept: Tensor) -> dict[str, float]:
-    """The proximal pass over the rows ``kept`` of ``data`` (section (e)); returns
-    ``rollout/behaviour_kl``. With ``ppo.decoupled`` it replaces, on those rows,
-    ``data.old_logprobs`` (the behaviour policy's) by the proximal ones and sets
-    ``data.behaviour_weights`` (``pi_prox / pi_behav``, 0 where above the cap; 0 on rows
-    left out, which never run)."""
-    rows = data.select(kept)
-    prox = proximal_logprobs(learner, rows)  # [k, L'] (rows trimmed to their longest)
-    width = prox.shape[1]
-    behav = rows.old_logprobs
-    mask = rows.loss_mask
+def _all_rows(batch: RolloutBatch) -> MiniBatch:
+    """The batch's rows as a :class:`MiniBatch` for the proximal pass (no advantages yet)."""
+    zeros = torch.zeros(batch.size, 1, device=batch.input_ids.device)
+    return MiniBatch(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+        loss_mask=batch.loss_mask, old_logprobs=batch.old_logprobs,
+        advantages=torch.zeros_like(batch.old_logprobs), eps_low=zeros, eps_high=zeros,
+        task_ids=batch.task_ids, group_ids=batch.group_ids,
+    )  # fmt: skip
+
+
+def off_policy_inputs(
+    learner: Learner, data: MiniBatch, prox_logprobs: Tensor, kept: Tensor
+) -> dict[str, float]:
+    """Section (e)'s off-policy inputs from the proximal log-probs ``[B, L]`` on the rows
+    ``kept``; returns ``rollout/behaviour_kl`` (k3, mean over their masked tokens). With
+    ``ppo.decoupled`` it replaces, on those rows, ``data.old_logprobs`` (the behaviour
+    policy's) by the proximal ones and sets ``data.behaviour_weights`` (``pi_prox /
+    pi_behav``, 0 above the cap; 0 on rows left out, which never run)."""
+    width = data.old_logprobs.shape[1]
+    prox = prox_logprobs[kept, :width]
+    behav = data.old_logprobs[kept]
+    mask = data.loss_mask[kept]
     k3 = algos.behaviour_kl_k3(prox, behav, mask)
     out = {"rollout/behaviour_kl": float(k3.sum() / mask.sum().clamp_min(1.0))}
     dec = learner.cfg.ppo.decoupled
