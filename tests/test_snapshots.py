@@ -68,4 +68,5 @@ def test_training_with_a_stale_policy_in_the_pool(tmp_path) -> None:
     assert rows[0]["rollout/behaviour_kl"] < 1e-6
     for r in rows:
         assert r["rollout/behaviour_kl"] >= 0
+        assert 0 < r["rollout/cross_policy_token_frac"] < 1  # both members acted
         assert 0 <= r["loss/behaviour_capped_frac"] <= 1

@@ -13,13 +13,14 @@ log-prob under that policy (its behaviour log-prob).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["TurnChooser", "select_by_policy"]
+__all__ = ["TurnChooser", "check_pool", "pool_statistics", "select_by_policy"]
 
 _MIX = 1_000_003  # a prime: (seed, episode, turn) -> one integer seed, injectively in practice
 
@@ -67,3 +68,37 @@ def select_by_policy(per_policy: Sequence[Tensor | None], policy: Tensor) -> Ten
         here = policy == p
         out = torch.where(here, values.detach().to("cpu", torch.float32), out)
     return out
+
+
+def check_pool(models: Sequence[Any]) -> None:
+    """Every pool member must share the policy's vocabulary (one tokenisation)."""
+    sizes = [getattr(getattr(m, "config", None), "vocab_size", None) for m in models]
+    if len(set(sizes)) > 1:
+        raise ValueError(
+            f"cross-policy pool: every model must share the policy's vocabulary; vocab sizes "
+            f"{sizes} (pool order)"
+        )
+
+
+def pool_statistics(
+    models: Sequence[Any], policy: Tensor, stats: Callable[[Any, Tensor], Any]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Each token's log-prob, entropy and sensitivity under the policy that sampled it.
+
+    ``stats(model, rows)`` runs ``model``'s statistics pass over the batch rows ``rows``
+    (returning ``logprob``, ``entropy``, ``sensitivity`` of shape ``[len(rows), L']``); each
+    pool member runs over the rows where it sampled a token. Returns ``[B, L]`` float32 CPU
+    tensors (:func:`select_by_policy`).
+    """
+    parts: list[list[Tensor | None]] = [[None] * len(models) for _ in range(3)]
+    for p, model in enumerate(models):
+        rows = (policy == p).any(dim=1).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        out = stats(model, rows)
+        for j, value in enumerate((out.logprob, out.entropy, out.sensitivity)):
+            full = torch.zeros(policy.shape, dtype=torch.float32)
+            full[rows, : value.shape[1]] = value.detach().to("cpu", torch.float32)
+            parts[j][p] = full
+    logprob, entropy, sensitivity = (select_by_policy(part, policy) for part in parts)
+    return logprob, entropy, sensitivity

@@ -42,7 +42,7 @@ from entropace.envs.base import TurnLimit
 from entropace.rollout.batch import EpisodeRecord, RolloutBatch, info_scores
 from entropace.rollout.chat import ChatLayout, Message, Tools, observation_message
 from entropace.rollout.config import RolloutConfig
-from entropace.rollout.cross_policy import TurnChooser, select_by_policy
+from entropace.rollout.cross_policy import TurnChooser, check_pool, pool_statistics
 from entropace.rollout.gen_stats import GenerationRecorder, assemble_generation_stats
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
 from entropace.rollout.kvcache import (
@@ -488,7 +488,7 @@ def collect_rollouts(
     device = next(model.parameters()).device
     t_start = time.perf_counter()
     models = [model, *policies]
-    _check_pool(models)
+    check_pool(models)
     if len(models) > 1 and chooser is None:
         weights = cfg.cross_policy.weights
         if weights is None or len(weights) != len(models):
@@ -520,8 +520,13 @@ def collect_rollouts(
                 stats = _sampling_stats(model, input_ids, attention_mask, loss_mask, groups, cfg)
                 values = (stats.logprob, stats.entropy, stats.sensitivity)
             else:
-                values = _pool_stats(models, policy, input_ids, attention_mask, loss_mask,
-                                     groups, cfg)  # fmt: skip
+                values = pool_statistics(
+                    models, policy,
+                    lambda m, rows: _sampling_stats(
+                        m, input_ids[rows], attention_mask[rows], loss_mask[rows],
+                        groups[rows] if groups is not None else None, cfg,
+                    ),
+                )  # fmt: skip
         except Exception as exc:
             if is_oom(exc):
                 raise RuntimeError(
@@ -579,16 +584,6 @@ def collect_rollouts(
     )
 
 
-def _check_pool(models: list[Any]) -> None:
-    """Every pool member must share the policy's vocabulary (one tokenisation)."""
-    sizes = [getattr(getattr(m, "config", None), "vocab_size", None) for m in models]
-    if len(set(sizes)) > 1:
-        raise ValueError(
-            f"cross-policy pool: every model must share the policy's vocabulary; vocab sizes "
-            f"{sizes} (pool order)"
-        )
-
-
 def _sampling_stats(
     model: Any,
     input_ids: torch.Tensor,
@@ -612,34 +607,6 @@ def _sampling_stats(
         groups=groups.to(device) if groups is not None else None,
         fused_head=cfg.fused_head,
     )
-
-
-def _pool_stats(
-    models: list[Any],
-    policy: torch.Tensor,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    loss_mask: torch.Tensor,
-    groups: torch.Tensor | None,
-    cfg: RolloutConfig,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-policy statistics: each pool member runs over the rows where it sampled a
-    token, and each token takes its sampler's log-prob, entropy and sensitivity."""
-    parts: list[list[torch.Tensor | None]] = [[None] * len(models) for _ in range(3)]
-    for p, model in enumerate(models):
-        rows = (policy == p).any(dim=1).nonzero().flatten()
-        if rows.numel() == 0:
-            continue
-        stats = _sampling_stats(
-            model, input_ids[rows], attention_mask[rows], loss_mask[rows],
-            groups[rows] if groups is not None else None, cfg,
-        )  # fmt: skip
-        for j, value in enumerate((stats.logprob, stats.entropy, stats.sensitivity)):
-            full = torch.zeros(policy.shape, dtype=torch.float32)
-            full[rows, : value.shape[1]] = value.detach().to("cpu", torch.float32)
-            parts[j][p] = full
-    logprob, entropy, sensitivity = (select_by_policy(part, policy) for part in parts)
-    return logprob, entropy, sensitivity
 
 
 def _counts(episodes: list[_Episode], engine: _Engine, max_len: int) -> dict[str, int]:

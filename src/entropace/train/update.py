@@ -179,6 +179,9 @@ def update_step(
 
     # (a) per-task statistics (one pass), controllers before the update
     signals, metrics = batch_signals(batch)
+    if batch.behaviour_policy is not None:  # cross-policy: share of tokens from other members
+        others = (batch.behaviour_policy > 0) & (mask > 0)
+        metrics["rollout/cross_policy_token_frac"] = float(others.sum() / mask.sum().clamp_min(1))
     bounds = learner.clip_rule.on_step(signals)
     w_plus = w_minus = 1.0
     if learner.polarity is not None:
