@@ -93,31 +93,38 @@ def main() -> None:
     stop = sorted(chat.stop_ids)
     pad = int(tok.pad_token_id)
 
-    def generate(name: str, seed: int, sample: bool = True) -> list[list[int]]:
+    def generate(
+        name: str, seed: int, sample: bool = True, recorder: object = None
+    ) -> list[list[int]]:
         torch.manual_seed(seed)
         with arm(name):
             return generate_turn(
                 model, prompts, max_new_tokens=args.new_tokens, temperature=args.temperature,
-                top_p=1.0, do_sample=sample, stop_ids=stop, pad_id=pad,
+                top_p=1.0, do_sample=sample, stop_ids=stop, pad_id=pad, recorder=recorder,
             )  # fmt: skip
 
+    def padded(new: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows = [p + n for p, n in zip(prompts, new, strict=True)]
+        L = max(map(len, rows))
+        ids = torch.full((len(rows), L), pad, dtype=torch.long)
+        attn = torch.zeros(len(rows), L, dtype=torch.long)
+        mask = torch.zeros(len(rows), L)
+        for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
+            ids[i, : len(r)] = torch.tensor(r)
+            attn[i, : len(r)] = 1
+            mask[i, len(p) : len(r)] = 1
+        return ids, attn, mask
+
     # trajectories for the update: fp32 sampling, right-padded
-    new = generate("fp32", 0)
-    rows = [p + n for p, n in zip(prompts, new, strict=True)]
-    L = max(map(len, rows))
-    ids = torch.full((len(rows), L), pad, dtype=torch.long)
-    attn = torch.zeros(len(rows), L, dtype=torch.long)
-    mask = torch.zeros(len(rows), L)
-    for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        attn[i, : len(r)] = 1
-        mask[i, len(p) : len(r)] = 1
-    g = torch.Generator().manual_seed(1)
-    adv = torch.where(torch.rand(len(rows), 1, generator=g) > 0.5, 1.0, -1.0) * mask
+    ids, attn, mask = padded(generate("fp32", 0))
+    L = ids.shape[1]
     n = mask.sum()
     params = [p for p in model.parameters() if p.requires_grad]
 
-    def update(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def update(name: str, ids=ids, attn=attn, mask=mask) -> tuple:
+        n = mask.sum()
+        signs = torch.rand(len(prompts), 1, generator=torch.Generator().manual_seed(1))
+        adv = torch.where(signs > 0.5, 1.0, -1.0) * mask  # the same in every call
         model.train()
         model.zero_grad(set_to_none=True)
         with arm(name):
@@ -155,6 +162,25 @@ def main() -> None:
             s16 = sequence_token_stats(model, ids, attn, temperature=args.temperature,
                                        loss_mask=mask, fused_head=True)  # fmt: skip
     d_stats = (s16.logprob.float() - s32.logprob.float())[m].abs()
+
+    # the on-policy first step: |log r| between the update's forward and the behaviour
+    # log-probs recorded at generation (GenerationRecorder, rollout.stats_from_generation) or by
+    # a statistics pass, each arm sampling and updating in its own precision
+    from entropace.rollout.gen_stats import GenerationRecorder, assemble_generation_stats
+
+    first_step = {}
+    for name in ("fp32", "bf16"):
+        rec = GenerationRecorder(args.temperature)
+        new_a = generate(name, 5, recorder=rec)
+        ids_a, attn_a, mask_a = padded(new_a)
+        gen = assemble_generation_stats([[r] for r in rec.rows(new_a)], mask_a).logprob
+        with torch.no_grad(), arm(name):
+            model.eval()
+            st = sequence_token_stats(model, ids_a, attn_a, temperature=args.temperature,
+                                      loss_mask=mask_a, fused_head=True).logprob.float()  # fmt: skip
+        _, lp_a, _ = update(name, ids_a, attn_a, mask_a)
+        ma = mask_a.bool()
+        first_step[name] = ((lp_a - gen)[ma].abs(), (lp_a - st)[ma].abs())
 
     # timings, alternated
     times: dict[str, dict[str, list[tuple[float, float]]]] = {
@@ -215,7 +241,20 @@ def main() -> None:
         f"mean {float(d_stats.mean()):.3g};",
         f"- greedy generation: {agree} of {total} fp32 tokens ({agree / max(total, 1):.1%}) "
         "reproduced by bf16 before each row's first disagreement.",
+        "",
+        "On-policy first optimiser step, `|log r|` = |update forward - behaviour log-prob| over "
+        "the generated tokens, each arm sampling, recording and updating in its own precision "
+        "(the ratio a clip sees before any weight moves; ideally 0):",
+        "",
+        "| arm | behaviour from generation logits: mean | max | from a statistics pass: mean "
+        "| max |",
+        "|---|---|---|---|---|",
     ]
+    for name, (d_gen, d_pass) in first_step.items():
+        lines.append(
+            f"| {name} | {float(d_gen.mean()):.3g} | {float(d_gen.max()):.3g} "
+            f"| {float(d_pass.mean()):.3g} | {float(d_pass.max()):.3g} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
