@@ -21,6 +21,7 @@ from entropace.train.learner import accumulate_gradients, proximal_statistics  #
 from entropace.train.trainer import build_learner  # noqa: E402
 
 
+@pytest.mark.filterwarnings("ignore:rollout.autocast=none")  # fp32 behaviour on purpose
 def test_update_autocast_bf16_is_close_to_fp32_and_keeps_fp32_gradients(single_thread) -> None:
     model, _ = build_tiny_model(seed=0)
     batch = make_batch(model)
@@ -58,3 +59,17 @@ def test_rollout_autocast_bf16_records_bf16_statistics(single_thread) -> None:
         )
     mask = b32.loss_mask > 0
     assert (s16.logprob[mask] - b32.old_logprobs[mask]).abs().max() < 0.15
+
+
+def test_config_warns_on_autocast_settings_that_move_the_on_policy_ratio() -> None:
+    from entropace.train.config import load_config
+
+    for extra in (["ppo.autocast=bf16"], ["rollout.autocast=bf16", "ppo.autocast=bf16",
+                                           "rollout.stats_from_generation=true"]):  # fmt: skip
+        with pytest.warns(UserWarning, match="autocast"):
+            load_config(None, extra, check_envs=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config(None, ["rollout.autocast=bf16", "ppo.autocast=bf16"], check_envs=False)
