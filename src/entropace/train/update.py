@@ -308,8 +308,7 @@ def off_policy_inputs(
     ``ppo.decoupled`` it replaces, on those rows, ``data.old_logprobs`` (the behaviour
     policy's) by the proximal ones and sets ``data.behaviour_weights`` (``pi_prox /
     pi_behav``, 0 above the cap; 0 on rows left out, which never run)."""
-    width = data.old_logprobs.shape[1]
-    prox = prox_logprobs[kept, :width]
+    prox = prox_logprobs[kept]
     behav = data.old_logprobs[kept]
     mask = data.loss_mask[kept]
     k3 = algos.behaviour_kl_k3(prox, behav, mask)
@@ -320,9 +319,9 @@ def off_policy_inputs(
             prox, behav, mask, dec.behaviour_weight_cap
         )
         old = data.old_logprobs.clone()
-        old[kept, :width] = prox
+        old[kept] = prox
         full = torch.zeros_like(data.old_logprobs)
-        full[kept, :width] = weights
+        full[kept] = weights
         data.old_logprobs, data.behaviour_weights = old, full
     return out
 
