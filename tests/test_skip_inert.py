@@ -251,7 +251,8 @@ def assert_same_update(on: Run, off: Run) -> None:
     assert torch.equal(on.generator, off.generator)  # the shuffles consumed the same draws
 
 
-LOSS_SIDE = ("approx_kl", "clip_frac_low", "clip_frac_high", "loss/", "update/trained_rows_frac")
+LOSS_SIDE = ("approx_kl", "clip_frac_low", "clip_frac_high", "loss/", "update/trained_rows_frac",
+             "update/active_token_frac")  # fmt: skip
 
 
 def is_loss_side(key: str) -> bool:
@@ -288,6 +289,9 @@ def test_skip_inert_equals_the_full_passes(tiny, case) -> None:
     for key, value in off.metrics.items():  # rollout, advantage, controller metrics: unchanged
         if not is_loss_side(key) and key not in ("loss", "grad_norm"):
             assert on.metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-9, nan_ok=True), key
+    # flag fractions over gradient-carrying tokens: inert rows hold none, so they are the same
+    active = [k for k in off.metrics if k.endswith("_active")]
+    assert active and all(on.metrics[k] == off.metrics[k] for k in active)
 
 
 def test_inert_rows_do_not_run(tiny) -> None:

@@ -23,6 +23,10 @@ from entropace.algos.dapo import (
     dynamic_sampling_mask,
     overlong_penalty,
 )
+from entropace.algos.decoupled import (
+    behaviour_importance_weights,
+    behaviour_kl_k3,
+)
 from entropace.algos.fused_head import (
     hidden_token_stats,
 )
@@ -59,6 +63,8 @@ __all__ = [
     "PolicyLoss",
     "TokenStats",
     "aggregate_loss",
+    "behaviour_importance_weights",
+    "behaviour_kl_k3",
     "check_mask",
     "clipped_surrogate_loss",
     "dcpo_bounds",

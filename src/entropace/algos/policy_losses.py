@@ -9,16 +9,19 @@ Every registered loss is a :class:`PolicyLoss` entry, called as::
 - :class:`LossInputs` holds the per-token tensors (``[B, T]``; advantages ``[B]`` or ``[B, T]``),
   the clip bounds (floats or tensors broadcastable to ``[B, T]``: per task, per trajectory or
   per token; ``None`` means the loss's :attr:`PolicyLoss.default_bounds`), the aggregation
-  (:func:`entropace.algos.aggregate_loss`) and an optional random generator.
+  (:func:`entropace.algos.aggregate_loss`), an optional random generator and optional
+  behaviour importance weights (AReaL's decoupled objective, :mod:`entropace.algos.decoupled`).
 - Each loss has its own frozen config dataclass (``spec.config_cls``) whose ``__post_init__``
   validates the options, so a trainer can check ``loss_options`` when its config loads.
 - The entry declares what a caller needs to know about the loss: its default bounds (``None``
   for a loss without a clip), whether zero advantages give exactly zero loss and gradient
   (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
-  each trajectory's loss depends on that trajectory alone (``row_local``).
+  each trajectory's loss depends on that trajectory alone (``row_local``), whether it takes
+  behaviour importance weights (``decoupled``).
 
 Registered names: ``ppo`` (GRPO, Dr.GRPO, DAPO, RLOO, BAPO, EPPO all use it, with their own
-bounds / aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo``; add one with
+bounds / aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo`` (``ppo`` and
+``ce_gppo`` take AReaL's behaviour weights, ``decoupled=True``); add one with
 ``@register_policy_loss("name", config=MyConfig, default_bounds=(0.2, 0.2))``.
 
 No loss checks for NaN/inf (a host sync per call): the trainer checks the loss once per step and
@@ -35,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace.algos.aggregation import Count
+from entropace.algos.aggregation import Count, resolve_count
 from entropace.algos.surrogate import (
     LOG_RATIO_CLAMP,
     Bound,
@@ -82,6 +85,12 @@ class LossInputs:
         agg, num_tokens, num_seqs, seq_norm: see :func:`entropace.algos.aggregate_loss`; pass the
             global counts of a mini-batch when accumulating over micro-batches.
         generator: random source of losses with ``uses_generator`` (Clip-Cov's token pick).
+        behaviour_weights: ``[B, T]`` detached per-token weights multiplying each token's loss
+            term: AReaL's decoupled objective (arXiv 2505.24298), where ``old_logprobs`` is
+            then the PROXIMAL policy's and the weights ``pi_prox / pi_behav`` (0 where capped;
+            :func:`entropace.algos.decoupled.behaviour_importance_weights`). ``None``: no
+            weights (``old_logprobs`` is the behaviour policy's). Only losses registered with
+            ``decoupled=True`` accept them.
     """
 
     logprobs: Tensor
@@ -95,6 +104,7 @@ class LossInputs:
     num_seqs: Count | None = None
     seq_norm: Count | None = None
     generator: torch.Generator | None = None
+    behaviour_weights: Tensor | None = None
 
     def aggregation(self) -> dict[str, Any]:
         """The keyword arguments of :func:`entropace.algos.surrogate.finish_loss`."""
@@ -132,6 +142,10 @@ class PolicyLoss:
             (``ppo.skip_inert``). Default False (the safe value: nothing is dropped); set it
             only for a loss whose code was checked (``tests/test_skip_inert.py`` checks every
             registered loss that claims it by brute force).
+        decoupled: the loss accepts ``LossInputs.behaviour_weights`` (AReaL's decoupled
+            objective: each token's term times its detached weight, the clip taken against
+            ``old_logprobs`` = the proximal policy); with all weights 1 the loss is the plain
+            one. Losses without it refuse the weights (``ppo.decoupled`` is refused at load).
     """
 
     name: str
@@ -141,6 +155,7 @@ class PolicyLoss:
     advantage_weighted: bool = True
     uses_generator: bool = False
     row_local: bool = False
+    decoupled: bool = False
 
     def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
         """The validated config from plain options; ``ValueError`` naming the bad option."""
@@ -164,6 +179,12 @@ class PolicyLoss:
                 f"policy loss {self.name!r} takes a {self.config_cls.__name__}; "
                 f"got {type(cfg).__name__}"
             )
+        if inputs.behaviour_weights is not None and not self.decoupled:
+            raise ValueError(
+                f"policy loss {self.name!r} does not take behaviour importance weights "
+                "(ppo.decoupled); losses that do: "
+                f"{sorted(n for n, s in POLICY_LOSSES.items() if s.decoupled)}"
+            )
         if self.default_bounds is not None and (inputs.eps_low is None or inputs.eps_high is None):
             lo, hi = self.default_bounds
             inputs = dataclasses.replace(
@@ -185,10 +206,11 @@ def register_policy_loss(
     advantage_weighted: bool = True,
     uses_generator: bool = False,
     row_local: bool = False,
+    decoupled: bool = False,
 ) -> Callable[[LossFn], LossFn]:
     """Decorator adding ``fn(inputs, config) -> LossOutput`` to :data:`POLICY_LOSSES`
-    (the keyword arguments are the :class:`PolicyLoss` attributes; ``row_local`` defaults to
-    the safe False)."""
+    (the keyword arguments are the :class:`PolicyLoss` attributes; ``row_local`` and
+    ``decoupled`` default to the safe False)."""
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"policy loss {name!r}: config must be a dataclass, got {config!r}")
 
@@ -196,8 +218,9 @@ def register_policy_loss(
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = PolicyLoss(
-            name, fn, config, default_bounds, advantage_weighted, uses_generator, row_local
-        )
+            name, fn, config, default_bounds, advantage_weighted, uses_generator, row_local,
+            decoupled,
+        )  # fmt: skip
         return fn
 
     return decorator
@@ -245,15 +268,65 @@ class PPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("ppo", config=PPOLossConfig, default_bounds=(0.2, 0.2), row_local=True)
+def _behaviour_weighted(
+    loss_mat: Tensor, flags: dict[str, Tensor], inputs: LossInputs, tok: TokenInputs
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+    """Apply ``inputs.behaviour_weights`` (when given) to the per-token loss: ``w_t L_t``;
+    adds the flag ``behaviour_capped_frac`` (masked-in tokens of weight 0: filtered by the cap)
+    and the metric ``behaviour_weight_mean`` (mean ``w_t`` over masked tokens, the global
+    token count as the other metrics)."""
+    w = inputs.behaviour_weights
+    if w is None:
+        return loss_mat, flags, {}
+    if w.shape != loss_mat.shape:
+        raise ValueError(
+            f"behaviour_weights must be [B, T] = {tuple(loss_mat.shape)}; got {tuple(w.shape)}"
+        )
+    w = torch.where(tok.mask, w.detach().to(loss_mat.dtype), loss_mat.new_zeros(()))
+    flags = {**flags, "behaviour_capped_frac": tok.mask & (w == 0)}
+    denom = resolve_count(inputs.num_tokens, tok.weight.sum())
+    return loss_mat * w, flags, {"behaviour_weight_mean": w.sum() / denom}
+
+
+def _finish(
+    loss_mat: Tensor,
+    tok: TokenInputs,
+    ratio: Tensor,
+    flags: dict[str, Tensor],
+    inputs: LossInputs,
+) -> LossOutput:
+    """:func:`finish_loss` with the behaviour weights applied first (when given)."""
+    loss_mat, flags, extra = _behaviour_weighted(loss_mat, flags, inputs, tok)
+    out = finish_loss(loss_mat, tok, ratio, flags, **inputs.aggregation())
+    out.metrics.update(extra)
+    return out
+
+
+@register_policy_loss(
+    "ppo", config=PPOLossConfig, default_bounds=(0.2, 0.2), row_local=True, decoupled=True
+)
 def ppo_policy_loss(inputs: LossInputs, cfg: PPOLossConfig) -> LossOutput:
     """PPO clipped surrogate with dual clip; see :func:`entropace.algos.clipped_surrogate_loss`.
 
     Row-local: per token ``L_t`` reads only ``r_t``, ``A_t`` and that token's bounds.
+    Decoupled (AReaL, arXiv 2505.24298; :mod:`entropace.algos.decoupled`): with
+    ``inputs.behaviour_weights`` the ratio is taken against ``old_logprobs`` = the proximal
+    policy and each token's term is multiplied by its weight ``w_t = pi_prox / pi_behav``
+    (0 where capped): ``L_t = w_t max(-A r_t, -A clip(r_t))`` (then the dual clip, before the
+    weight, as AReaL). All weights 1 give exactly the plain loss.
 
     Defaults: ``eps_low = eps_high = 0.2``, ``dual_clip = 3``. DAPO passes 0.2 / 0.28 and
     ``token-mean``; EPPO passes per-task tensors; BAPO its adaptive bounds.
     """
+    if inputs.behaviour_weights is not None:
+        check_dual_clip(cfg.dual_clip)
+        tok = prepare_token_inputs(
+            inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask
+        )
+        lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, tok.log_ratio)
+        ratio = torch.exp(tok.log_ratio)
+        loss_mat, flags = ppo_clip_token_loss(ratio, tok.advantages, lower, upper, cfg.dual_clip)
+        return _finish(loss_mat, tok, ratio, flags, inputs)
     return clipped_surrogate_loss(
         inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask,
         eps_low=inputs.eps_low, eps_high=inputs.eps_high, dual_clip=cfg.dual_clip,
@@ -473,7 +546,9 @@ class CEGPPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("ce_gppo", config=CEGPPOLossConfig, default_bounds=(0.2, 0.2), row_local=True)
+@register_policy_loss(
+    "ce_gppo", config=CEGPPOLossConfig, default_bounds=(0.2, 0.2), row_local=True, decoupled=True
+)
 def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput:
     """CE-GPPO gradient-preserving clip (arXiv 2509.20712).
 
@@ -484,7 +559,8 @@ def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput
         otherwise:             L = -A r,  then the dual clip for A < 0.
 
     Defaults (the authors' implementation): ``eps 0.2 / 0.2``, ``beta1 0.75``, ``beta2 1``,
-    dual clip 3. Row-local: every term is per token.
+    dual clip 3. Row-local: every term is per token. Decoupled as ``ppo``: with behaviour
+    weights, ``w_t L_t`` with the clip against the proximal ``old_logprobs``.
     """
     tok = prepare_token_inputs(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.mask)
     lower, upper = clip_bounds(inputs.eps_low, inputs.eps_high, tok.log_ratio)
@@ -498,4 +574,4 @@ def ce_gppo_policy_loss(inputs: LossInputs, cfg: CEGPPOLossConfig) -> LossOutput
     loss_mat = torch.where(high, -cfg.beta2 * upper * unit * adv, loss_mat)
     loss_mat, dual = apply_dual_clip(loss_mat, adv, cfg.dual_clip)
     flags = {"clip_frac_low": low, "clip_frac_high": high, "dual_clip_frac": dual}
-    return finish_loss(loss_mat, tok, ratio, flags, **inputs.aggregation())
+    return _finish(loss_mat, tok, ratio, flags, inputs)

@@ -10,8 +10,10 @@ Notation, per sampled state ``s`` (batch row ``b``, token column ``t``: the pref
 ``T``, tempered logits ``x = z / T``, ``p = softmax(x)``:
 
 - ``P_s = A_s S_s``: the predicted polarity, ``A`` the token's advantage (before PAPO's
-  reweighting, which keeps every sign) and ``S = t2 - t1`` the sensitivity recorded by the
-  step's statistics pass (:func:`entropace.algos.entropy_polarity`).
+  reweighting, which keeps every sign) and ``S = t2 - t1`` the sensitivity under the policy
+  the update starts from (the proximal policy, ALGORITHMS.md section 9): the one recorded by
+  the step's statistics pass for an on-policy batch (the same weights), else recomputed here
+  from the audit's own "before" logits (:func:`entropace.algos.entropy_polarity`).
 - ``dH_s = H(x_after) - H(x_before)``: the realised entropy change of the state, both entropies
   recomputed here (float64, :func:`entropace.algos.token_stats`) from the logits of the policy
   before and after the step's whole update (every optimiser step of it).
@@ -438,7 +440,7 @@ class TrainingAudit:
         attention_mask: Tensor,
         loss_mask: Tensor,
         advantages: Tensor,
-        sensitivity: Tensor,
+        sensitivity: Tensor | None,
         *,
         temperature: float,
         max_states: int,
@@ -454,7 +456,10 @@ class TrainingAudit:
             input_ids, attention_mask, loss_mask: ``[B, L]`` of the step's rollout batch.
             advantages: ``[B, L]`` per-token advantages the update uses (before PAPO's
                 reweighting; 0 on dropped groups).
-            sensitivity: ``[B, L]`` ``S`` from the statistics pass.
+            sensitivity: ``[B, L]`` ``S`` from the statistics pass (an on-policy batch: the
+                policy at update start sampled it), or None: ``S`` of the policy at update start,
+                from the audited states' logits (an off-policy batch, whose recorded ``S`` is the
+                behaviour policy's).
             temperature: the sampling temperature.
             max_states: sample size (:func:`sample_states`).
             generator: CPU generator of the sample (derive it from the step's seed).
@@ -466,12 +471,17 @@ class TrainingAudit:
         rows, cols = sample_states(loss_mask, max_states, generator)
         dev = input_ids.device
         r, c = rows.to(dev), cols.to(dev)
-        polarity = advantages[r, c].cpu().double() * sensitivity[r, c].cpu().double()
         was_training = model.training
         model.eval()
         before = state_logits(
             model, input_ids, attention_mask, rows, cols, micro_batch_size=micro_batch_size
         )
+        if sensitivity is None:  # the policy at update start, not the batch's sampler
+            wide = before.detach().cpu().double()
+            sens = token_stats(wide, input_ids[r, c].cpu(), temperature=temperature).sensitivity
+        else:
+            sens = sensitivity[r, c].cpu().double()
+        polarity = advantages[r, c].cpu().double() * sens
         audit = cls(
             input_ids=input_ids, attention_mask=attention_mask, rows=rows, cols=cols,
             tokens=input_ids[r, c], polarity=polarity, before=before, temperature=temperature,

@@ -83,6 +83,12 @@ class RolloutBatch:
         abnormal: ``[B]`` bool, the episode ended abnormally (turn/length limit, unparseable).
         num_turns: ``[B]`` long.
         episodes: optional text records, one per trajectory.
+        behaviour_policy: ``[B, L]`` long or None: with ``rollout.cross_policy``, the index
+            in the pool (0 = the current weights) of the policy that sampled each token, -1
+            where masked; ``old_logprobs``, ``entropy`` and ``sensitivity`` are that policy's.
+        off_policy: some token may have been sampled by a policy other than the learner at
+            update start (an asynchronous worker's older version, a cross-policy pool member):
+            the update then runs its proximal pass (``rollout/behaviour_kl``).
     """
 
     input_ids: Tensor
@@ -99,6 +105,8 @@ class RolloutBatch:
     abnormal: Tensor
     num_turns: Tensor
     episodes: list[EpisodeRecord] = field(default_factory=list)
+    behaviour_policy: Tensor | None = None
+    off_policy: bool = False
 
     @property
     def size(self) -> int:

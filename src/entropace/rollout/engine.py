@@ -16,6 +16,13 @@ Top to bottom, :func:`collect_rollouts`:
 4. scores each episode (sum of step rewards, or ``abnormal_penalty`` for abnormal ends);
 5. right-pads the trajectories and runs ONE no-grad forward per micro-batch of the sampling
    policy for ``old_logprobs``, ``entropy`` and ``sensitivity`` at the sampling temperature.
+
+Cross-policy sampling (``policies``, AgentRL; :mod:`entropace.rollout.cross_policy`): a pool
+``[model, *policies]`` and a per-turn chooser; each turn's live episodes are grouped by the
+policy drawn for them and each group generates with its own model (an episode's key/value
+cache is dropped when the next turn's policy differs: caches are per model). Step 5 then runs
+each pool member over the rows it acted in, and every generated token gets the statistics of
+the policy that sampled it (``RolloutBatch.behaviour_policy`` records which).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +42,7 @@ from entropace.envs.base import TurnLimit
 from entropace.rollout.batch import EpisodeRecord, RolloutBatch, info_scores
 from entropace.rollout.chat import ChatLayout, Message, Tools, observation_message
 from entropace.rollout.config import RolloutConfig
+from entropace.rollout.cross_policy import TurnChooser, check_pool, pool_statistics
 from entropace.rollout.gen_stats import GenerationRecorder, assemble_generation_stats
 from entropace.rollout.generate import OOM_HINT, generate_turn, is_oom
 from entropace.rollout.kvcache import (
@@ -59,6 +67,10 @@ class _Episode:
     ids: list[int]
     loss_mask: list[int]
     messages: list[Message]
+    index: int = 0  # position in the request list (the cross-policy draw's key)
+    policy: list[int] = field(default_factory=list)  # per token: pool index of its sampler, -1
+    acting: int = 0  # pool index of the policy generating the current turn
+    kv_policy: int = 0  # pool index of the model whose keys/values ``kv`` holds
     reward: float = 0.0
     success: bool = False
     turns: int = 0
@@ -143,8 +155,16 @@ def _eval_mode(model: Any) -> Iterator[None]:
 class _Engine:
     """Turn loop over a list of episodes (internal; use :func:`collect_rollouts`)."""
 
-    def __init__(self, model: Any, tokenizer: Any, cfg: RolloutConfig) -> None:
-        self.model = model
+    def __init__(
+        self,
+        models: Sequence[Any],
+        tokenizer: Any,
+        cfg: RolloutConfig,
+        chooser: Callable[[int, int], int] | None = None,
+    ) -> None:
+        self.models = list(models)
+        self.model = model = self.models[0]
+        self.chooser = chooser
         self.cfg = cfg
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         extra = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
@@ -170,7 +190,7 @@ class _Engine:
 
     # -- episode life cycle ------------------------------------------------------------------
 
-    def start(self, request: RolloutRequest) -> _Episode:
+    def start(self, request: RolloutRequest, index: int = 0) -> _Episode:
         env = _build_env(request)
         env_turns = getattr(env, "max_turns", None)
         if self.cfg.max_turns is None and env_turns is None:
@@ -205,6 +225,8 @@ class _Engine:
             loss_mask=[0] * len(ids),
             messages=[{"role": "system", "content": system}, {"role": "user", "content": obs}],
             tools=tools,
+            index=index,
+            policy=[-1] * len(ids),
         )
         if len(ids) >= self.cfg.max_episode_tokens:
             warnings.warn(
@@ -247,10 +269,10 @@ class _Engine:
                 ep.kv = kv
         self.timings["generation_s"] += time.perf_counter() - t0
 
-    def generate_chunk(self, chunk: list[_Episode]) -> list[list[int]]:
-        """One ``generate`` over ``chunk``; with cached prefixes only the uncached columns are
-        prefilled (layout in ``rollout/kvcache.py``), and with ``reuse_kv`` every episode keeps
-        the cache of the tokens it will keep."""
+    def generate_chunk(self, chunk: list[_Episode], model: Any) -> list[list[int]]:
+        """One ``generate`` of ``model`` over ``chunk``; with cached prefixes only the uncached
+        columns are prefilled (layout in ``rollout/kvcache.py``), and with ``reuse_kv`` every
+        episode keeps the cache of the tokens it will keep."""
         lengths = [len(ep.ids) for ep in chunk]
         width = max(lengths)
         cached = [ep.kv.length if ep.kv is not None else 0 for ep in chunk]
@@ -277,7 +299,7 @@ class _Engine:
             GenerationRecorder(self.cfg.temperature) if self.cfg.stats_from_generation else None
         )
         new = generate_turn(
-            self.model,
+            model,
             [ep.ids for ep in chunk],
             max_new_tokens=max(budgets),
             temperature=self.cfg.temperature,
@@ -298,16 +320,25 @@ class _Engine:
         return new
 
     def generate(self, live: list[_Episode]) -> list[list[int]]:
-        """One batched generate over ``live`` (split by ``generation_batch_size`` if set)."""
-        step = self.cfg.generation_batch_size or len(live)
-        out: list[list[int]] = []
+        """One batched generate over ``live`` (split by ``generation_batch_size`` if set);
+        with a policy pool, one per pool member drawn this turn, in pool order."""
+        for ep in live:
+            ep.acting = self.chooser(ep.index, ep.turns) if self.chooser is not None else 0
+            if ep.kv is not None and ep.kv_policy != ep.acting:
+                ep.kv = None  # another model's keys/values: this turn re-encodes the history
+        out: dict[int, list[int]] = {}
         t0 = time.perf_counter()
-        for start in range(0, len(live), step):
-            chunk = live[start : start + step]
-            self.batch_sizes.append(len(chunk))
-            out += self.generate_chunk(chunk)
+        for p in sorted({ep.acting for ep in live}):
+            group = [ep for ep in live if ep.acting == p]
+            step = self.cfg.generation_batch_size or len(group)
+            for start in range(0, len(group), step):
+                chunk = group[start : start + step]
+                self.batch_sizes.append(len(chunk))
+                for ep, new in zip(chunk, self.generate_chunk(chunk, self.models[p]), strict=True):
+                    out[id(ep)] = new
+                    ep.kv_policy = p
         self.timings["generation_s"] += time.perf_counter() - t0
-        return out
+        return [out[id(ep)] for ep in live]
 
     def advance(self, ep: _Episode, new: list[int]) -> None:
         """Append one generated turn to ``ep``, step its environment, append the observation."""
@@ -318,6 +349,7 @@ class _Engine:
         stopped = bool(new) and new[-1] in self.chat.stop_ids
         ep.ids += new
         ep.loss_mask += [1] * len(new)
+        ep.policy += [ep.acting] * len(new)
         ep.generated += len(new)
         ep.turns += 1
         text = self.chat.decode(new[:-1] if stopped else new)
@@ -362,6 +394,7 @@ class _Engine:
             return
         ep.ids += suffix
         ep.loss_mask += [0] * len(suffix)
+        ep.policy += [-1] * len(suffix)
         ep.messages.append(message)
         ep.last_stop_text = None
 
@@ -371,6 +404,7 @@ class _Engine:
             closing = self.chat.closing_ids(ep.messages, ep.last_stop_text, tools=ep.tools)
             ep.ids += closing
             ep.loss_mask += [0] * len(closing)
+            ep.policy += [-1] * len(closing)
 
     def run(self, episodes: list[_Episode]) -> None:
         live = [ep for ep in episodes if not ep.done]
@@ -408,6 +442,8 @@ def collect_rollouts(
     *,
     task_names: Sequence[str] | None = None,
     seed: int | None = None,
+    policies: Sequence[Any] = (),
+    chooser: Callable[[int, int], int] | None = None,
 ) -> RolloutResult:
     """Sample every request's episode with ``model`` and return the tokenised batch.
 
@@ -421,6 +457,15 @@ def collect_rollouts(
             default: the sorted distinct tasks of ``requests``.
         seed: seeds torch's RNG for the sampling (the caller's RNG state is restored
             afterwards); ``None`` uses the current global RNG.
+        policies: cross-policy sampling's other pool members (pool ``[model, *policies]``,
+            same tokenizer and vocabulary): each turn is generated by the member
+            ``chooser(episode_index, turn)`` returns; every generated token's statistics are
+            its sampler's and ``batch.behaviour_policy`` records the sampler's pool index
+            (``batch.off_policy`` is set). Empty: ``model`` alone (the default).
+        chooser: ``(episode_index, turn) -> pool index``; default with ``policies``: a
+            :class:`~entropace.rollout.cross_policy.TurnChooser` with
+            ``cfg.cross_policy.weights`` (uniform when None or not of the pool's size), seeded
+            by ``seed + cfg.cross_policy.seed``.
 
     Returns:
         A :class:`RolloutResult`. Abnormal episodes (end reason other than ``"terminated"``)
@@ -442,10 +487,22 @@ def collect_rollouts(
         raise ValueError(f"request task(s) {unknown} not in task_names {names}")
     device = next(model.parameters()).device
     t_start = time.perf_counter()
+    models = [model, *policies]
+    check_pool(models)
+    if len(models) > 1 and chooser is None:
+        weights = cfg.cross_policy.weights
+        if weights is None or len(weights) != len(models):
+            weights = [1.0] * len(models)
+        chooser = TurnChooser(tuple(weights), (seed or 0) + cfg.cross_policy.seed)
 
-    engine = _Engine(model, tokenizer, cfg)
-    with _eval_mode(model), _seeded(seed, device):
-        episodes = [engine.start(r) for r in reqs]
+    engine = _Engine(models, tokenizer, cfg, chooser if len(models) > 1 else None)
+    with contextlib.ExitStack() as stack:
+        for m in {id(m): m for m in models}.values():
+            stack.enter_context(_eval_mode(m))
+        stack.enter_context(_seeded(seed, device))
+        if cfg.autocast == "bf16":
+            stack.enter_context(torch.autocast(device_type=device.type, dtype=torch.bfloat16))
+        episodes = [engine.start(r, i) for i, r in enumerate(reqs)]
         engine.run(episodes)
 
         # Statistics of the sampling policy over the full trajectories.
@@ -453,27 +510,23 @@ def collect_rollouts(
         input_ids = _right_pad([ep.ids for ep in episodes], engine.pad_id)
         attention_mask = _right_pad([[1] * len(ep.ids) for ep in episodes], 0)
         loss_mask = _right_pad([ep.loss_mask for ep in episodes], 0).to(torch.float32)
+        policy = _right_pad([ep.policy for ep in episodes], -1) if len(models) > 1 else None
+        groups = torch.tensor([r.group_id for r in reqs]) if cfg.share_prefix else None
         try:
-            if cfg.stats_from_generation:
+            if cfg.stats_from_generation:  # each turn's statistics come from its own sampler
                 stats = assemble_generation_stats([ep.gen_stats for ep in episodes], loss_mask)
+                values = (stats.logprob, stats.entropy, stats.sensitivity)
+            elif policy is None:
+                stats = _sampling_stats(model, input_ids, attention_mask, loss_mask, groups, cfg)
+                values = (stats.logprob, stats.entropy, stats.sensitivity)
             else:
-                stats = sequence_token_stats(
-                    model,
-                    input_ids.to(device),
-                    attention_mask.to(device),
-                    temperature=cfg.temperature,
-                    chunk_size=cfg.stats_chunk_size,
-                    micro_batch_size=cfg.micro_batch_size,
-                    grad=False,
-                    loss_mask=loss_mask.to(device),
-                    # a group's common prompt runs once here too (same values up to round-off)
-                    groups=(
-                        torch.tensor([r.group_id for r in reqs], device=device)
-                        if cfg.share_prefix
-                        else None
+                values = pool_statistics(
+                    models, policy,
+                    lambda m, rows: _sampling_stats(
+                        m, input_ids[rows], attention_mask[rows], loss_mask[rows],
+                        groups[rows] if groups is not None else None, cfg,
                     ),
-                    fused_head=cfg.fused_head,
-                )
+                )  # fmt: skip
         except Exception as exc:
             if is_oom(exc):
                 raise RuntimeError(
@@ -503,9 +556,9 @@ def collect_rollouts(
         input_ids=input_ids,
         attention_mask=attention_mask,
         loss_mask=loss_mask,
-        old_logprobs=_masked(stats.logprob, loss_mask),
-        entropy=_masked(stats.entropy, loss_mask),
-        sensitivity=_masked(stats.sensitivity, loss_mask),
+        old_logprobs=_masked(values[0], loss_mask),
+        entropy=_masked(values[1], loss_mask),
+        sensitivity=_masked(values[2], loss_mask),
         rewards=torch.tensor(rewards, dtype=torch.float32),
         group_ids=torch.tensor([r.group_id for r in reqs], dtype=torch.long),
         task_ids=torch.tensor([names.index(r.task) for r in reqs], dtype=torch.long),
@@ -514,6 +567,8 @@ def collect_rollouts(
         abnormal=torch.tensor(abnormal, dtype=torch.bool),
         num_turns=torch.tensor([ep.turns for ep in episodes], dtype=torch.long),
         episodes=records,
+        behaviour_policy=policy,
+        off_policy=policy is not None,
     )
     return RolloutResult(
         batch=batch,
@@ -526,6 +581,31 @@ def collect_rollouts(
         counts=_counts(episodes, engine, int(input_ids.shape[1])),
         task_counts=_task_counts(episodes, names),
         generate_batch_sizes=list(engine.batch_sizes),
+    )
+
+
+def _sampling_stats(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    groups: torch.Tensor | None,
+    cfg: RolloutConfig,
+) -> Any:
+    """One no-grad statistics pass of ``model`` over the trajectories (on its device)."""
+    device = next(model.parameters()).device
+    return sequence_token_stats(
+        model,
+        input_ids.to(device),
+        attention_mask.to(device),
+        temperature=cfg.temperature,
+        chunk_size=cfg.stats_chunk_size,
+        micro_batch_size=cfg.micro_batch_size,
+        grad=False,
+        loss_mask=loss_mask.to(device),
+        # a group's common prompt runs once here too (same values up to round-off)
+        groups=groups.to(device) if groups is not None else None,
+        fused_head=cfg.fused_head,
     )
 
 

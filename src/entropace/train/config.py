@@ -23,7 +23,9 @@ naming the key and the allowed keys/values.
 from __future__ import annotations
 
 import functools
+import math
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +154,36 @@ class OptimConfig:
 
 
 @dataclass
+class DecoupledConfig:
+    """AReaL's decoupled PPO objective (arXiv 2505.24298; ALGORITHMS.md section 7).
+
+    The clip is taken against the proximal policy (the learner at update start, one no-grad
+    pass over the batch) and each token's term is weighted by ``pi_prox / pi_behav`` (the
+    behaviour policy: the one that sampled it), tokens whose weight exceeds the cap are
+    filtered out (:mod:`entropace.algos.decoupled`).
+
+    Attributes:
+        enabled: use the decoupled objective. Needs a policy loss registered with
+            ``decoupled=True`` (``ppo``, ``ce_gppo``); refused with BAPO's clip rule and the
+            ``dcpo`` loss, which keep their own off-policy forms.
+        behaviour_weight_cap: AReaL's ``behav_imp_weight_cap`` (> 1): tokens with
+            ``pi_prox / pi_behav`` above it get weight 0; null: no filter.
+    """
+
+    enabled: bool = False
+    behaviour_weight_cap: float | None = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"enabled must be true or false, got {self.enabled!r}")
+        cap = self.behaviour_weight_cap
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, int | float) or not 1.0 < cap < math.inf
+        ):
+            raise ValueError(f"behaviour_weight_cap must be a number > 1 or null, got {cap!r}")
+
+
+@dataclass
 class PPOConfig:
     """How one rollout batch is consumed: ``epochs`` passes, each split into
     ``num_minibatches`` optimiser steps (clip rules act only when there are several), each
@@ -178,6 +210,10 @@ class PPOConfig:
             ``approx_kl``, ``loss/*``) then cover the trajectories that ran; a task none of
             whose trajectories ran has no per-task flag metrics; ``update/trained_rows_frac``
             is the fraction that ran.
+        decoupled: AReaL's decoupled objective for stale batches (:class:`DecoupledConfig`).
+        autocast: ``bf16`` runs the update's forward and backward under
+            ``torch.autocast(bfloat16)`` with fp32 master weights (optimiser, gradients);
+            ``none`` (the default): the model's dtype throughout.
     """
 
     epochs: int = 2
@@ -190,6 +226,8 @@ class PPOConfig:
     checkpoint_norms: bool = False
     skip_inert: bool = True
     micro_batch_tokens: int | None = None
+    decoupled: DecoupledConfig = field(default_factory=DecoupledConfig)
+    autocast: Literal["none", "bf16"] = "none"
 
 
 @dataclass
@@ -435,12 +473,56 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     if len(o.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
     check_in("eval.split", cfg.eval.split, [k for k in SPLITS if k != "train"])
+    if cfg.ppo.decoupled.enabled:
+        _check_decoupled(cfg)
+    _warn_autocast(cfg)
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "
             "cuda:N, mps"
         )
     return cfg
+
+
+def _warn_autocast(cfg: TrainConfig) -> None:
+    """Warn on autocast settings whose on-policy ratio is not 1 before any weight moves
+    (``benchmarks/results/bf16.md``: up to 0.18 nats of log-ratio, the clip range itself)."""
+    r, p = cfg.rollout, cfg.ppo
+    if r.autocast != p.autocast:
+        warnings.warn(
+            f"rollout.autocast={r.autocast} but ppo.autocast={p.autocast}: the behaviour and "
+            "the update log-probs come from different precisions, so on-policy ratios are not "
+            "1 (up to ~0.1 nats of log-ratio on SmolLM2-135M); set both alike",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif r.autocast == "bf16" and r.stats_from_generation:
+        warnings.warn(
+            "rollout.autocast=bf16 with rollout.stats_from_generation: bf16 decoding drifts "
+            "from the bf16 training forward (on-policy log-ratios up to ~0.18 nats on "
+            "SmolLM2-135M, the clip range itself); set rollout.stats_from_generation=false",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _check_decoupled(cfg: TrainConfig) -> None:
+    """``ppo.decoupled`` needs a loss that takes behaviour weights; BAPO and DCPO keep their
+    own off-policy forms (ALGORITHMS.md section 7), so the combination is refused."""
+    from entropace.algos import get_policy_loss
+
+    a = cfg.algorithm
+    if a.clip_rule == "bapo":
+        raise ConfigError(
+            "ppo.decoupled.enabled: BAPO's clip rule searches its bounds against the behaviour "
+            "policy (its own off-policy form); turn ppo.decoupled off or use another clip rule"
+        )
+    if not get_policy_loss(a.policy_loss).decoupled:
+        raise ConfigError(
+            f"ppo.decoupled.enabled: algorithm.policy_loss {a.policy_loss!r} does not take "
+            "behaviour importance weights (DCPO's bounds read the behaviour probability, GSPO's "
+            "ratio is a sequence's); use ppo or ce_gppo, or turn ppo.decoupled off"
+        )
 
 
 #: ``model.device`` values (whether the device exists is checked when the model is built).

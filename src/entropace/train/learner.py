@@ -10,6 +10,7 @@ loops over.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -85,7 +86,10 @@ class MiniBatch:
     """The per-token tensors an optimiser step needs, for a set of trajectories.
 
     Shapes: ``[b, L]`` except ``eps_low``/``eps_high`` ``[b, 1]``, ``task_ids`` and
-    ``group_ids`` ``[b]``.
+    ``group_ids`` ``[b]``. ``old_logprobs`` is the policy the ratio is taken against: the
+    behaviour policy's (recorded at sampling), or with ``ppo.decoupled`` the proximal one
+    (the learner at update start), ``behaviour_weights`` then holding ``pi_prox / pi_behav``
+    (:func:`entropace.algos.behaviour_importance_weights`).
     """
 
     input_ids: Tensor
@@ -98,6 +102,7 @@ class MiniBatch:
     task_ids: Tensor
     group_ids: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    behaviour_weights: Tensor | None = None
 
     def select(self, index: Tensor) -> MiniBatch:
         """Rows ``index``, trimmed to their longest real sequence (right padding)."""
@@ -114,23 +119,70 @@ class MiniBatch:
         return MiniBatch(**out)
 
 
+def update_autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """The update's autocast context: ``torch.autocast(device, bfloat16)`` for
+    ``ppo.autocast=bf16`` (fp32 master weights and gradients), a no-op for ``none``."""
+    if cfg.ppo.autocast == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def current_logprobs(
     model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool
 ) -> tuple[Tensor, Tensor]:
-    """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature."""
-    stats = sequence_token_stats(
-        model,
-        mb.input_ids,
-        mb.attention_mask,
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.rollout.stats_chunk_size,
-        micro_batch_size=None,
-        grad=grad,
-        loss_mask=mb.loss_mask,
-        groups=mb.group_ids if cfg.ppo.share_prefix else None,
-        fused_head=cfg.ppo.fused_head,
-    )
+    """``log pi(token_t | prefix)`` and entropy ``[b, L]`` at the sampling temperature
+    (under ``ppo.autocast``)."""
+    stats = _token_stats(model, mb, cfg, grad=grad)
     return stats.logprob, stats.entropy
+
+
+@dataclass
+class ProximalStats:
+    """The learner's statistics at update start (the proximal policy), ``[B, L]`` float32,
+    0 where masked: ``logprob``, ``entropy``, ``sensitivity`` (PAPO's ``S = t2 - t1``)."""
+
+    logprob: Tensor
+    entropy: Tensor
+    sensitivity: Tensor
+
+
+def proximal_statistics(learner: Learner, data: MiniBatch) -> ProximalStats:
+    """One no-grad pass of the learner's current weights over every row of ``data``, in the
+    micro-batches of :func:`plan_micro_batches` and the update's mode and autocast (so the
+    log-probs are those the first optimiser step's forward computes). At update start this is
+    the proximal policy of ``ppo.decoupled``, the learner side of ``rollout/behaviour_kl``, and
+    the policy whose entropy and sensitivities EPPO and PAPO read on off-policy batches
+    (ALGORITHMS.md section 9)."""
+    out = [torch.zeros_like(data.old_logprobs, dtype=torch.float32) for _ in range(3)]
+    with torch.no_grad():
+        for index in plan_micro_batches(data, learner.cfg):
+            micro = data.select(index)
+            stats = _token_stats(learner.model, micro, learner.cfg, grad=False)
+            rows = index.to(out[0].device)
+            for full, value in zip(out, (stats.logprob, stats.entropy, stats.sensitivity)):
+                full[rows, : value.shape[1]] = value.float() * micro.loss_mask
+    return ProximalStats(*out)
+
+
+def proximal_logprobs(learner: Learner, data: MiniBatch) -> Tensor:
+    """``log pi_prox(y_t)`` ``[B, L]``: :func:`proximal_statistics`' log-probs."""
+    return proximal_statistics(learner, data).logprob
+
+
+def _token_stats(model: torch.nn.Module, mb: MiniBatch, cfg: TrainConfig, *, grad: bool) -> Any:
+    with update_autocast(cfg, mb.input_ids.device):
+        return sequence_token_stats(
+            model,
+            mb.input_ids,
+            mb.attention_mask,
+            temperature=cfg.rollout.temperature,
+            chunk_size=cfg.rollout.stats_chunk_size,
+            micro_batch_size=None,
+            grad=grad,
+            loss_mask=mb.loss_mask,
+            groups=mb.group_ids if cfg.ppo.share_prefix else None,
+            fused_head=cfg.ppo.fused_head,
+        )
 
 
 def combine_metric(name: str, a: Tensor, b: Tensor) -> Tensor:
@@ -175,7 +227,9 @@ def accumulate_gradients(
 
     Returns detached sums over micro-batches: ``loss``, ``kl``, the loss's own metrics as
     ``metric/<name>`` and, per task (``[K]`` vectors indexed by task id), the counts of each of
-    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``. Flags, tokens and
+    the loss's flags as ``flag/<name>`` and of masked tokens as ``tokens``, and over the
+    gradient-carrying tokens (advantage != 0) as ``flag_active/<name>`` and ``tokens_active``.
+    Flags, tokens and
     metrics cover the rows that ran: the loss's metrics (means with the global token count,
     :class:`entropace.algos.LossOutput`) are rescaled to means over the tokens that ran,
     ``* num_tokens / ran_tokens`` (the ``*_min`` / ``*_max`` extremes as they are).
@@ -195,7 +249,8 @@ def accumulate_gradients(
             logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
             eps_low=micro.eps_low if eps is None else eps[0],
             eps_high=micro.eps_high if eps is None else eps[1],
-            agg=a.agg, seq_norm=seq_norm, generator=generator, **counts,
+            agg=a.agg, seq_norm=seq_norm, generator=generator,
+            behaviour_weights=micro.behaviour_weights, **counts,
         )  # fmt: skip
         out = learner.loss(inputs, learner.loss_config)
         loss = out.loss
@@ -215,10 +270,14 @@ def accumulate_gradients(
             if name not in out.flags:  # flag fractions are pooled from the flags below
                 _add(total, f"metric/{name}", value)
         tokens = micro.loss_mask > 0
+        active = tokens & (micro.advantages != 0)  # gradient-carrying tokens
         _add(total, "tokens", torch.bincount(micro.task_ids, tokens.sum(1).double(), minlength=k))
+        _add(total, "tokens_active", torch.bincount(micro.task_ids, active.sum(1).double(), k))
         for name, flag in out.flags.items():
             per_task = torch.bincount(micro.task_ids, flag.sum(1).double(), minlength=k)
             _add(total, f"flag/{name}", per_task)
+            per_task = torch.bincount(micro.task_ids, (flag & active).sum(1).double(), k)
+            _add(total, f"flag_active/{name}", per_task)
     if rows is not None:  # the loss's metrics as means over the tokens that ran
         scale = num_tokens.double() / loss_counts(run.loss_mask)[0].double().clamp_min(1.0)
         for name in total:

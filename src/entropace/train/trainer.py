@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from entropace.train.memory import memory_metrics, release_memory, tune_allocato
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.preflight import check_prompt_budget
 from entropace.train.rundir import RUN_FILES, RunDirError, prepare_run_dir  # noqa: F401 (re-export)
+from entropace.train.snapshots import PolicyPool
 from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
@@ -313,7 +314,8 @@ def start_audit(cfg: TrainConfig, model: Any, batch: Any, step: int) -> Training
     adv, keep = token_advantages(batch, cfg)
     return TrainingAudit.start(
         model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-        adv * keep[:, None], batch.sensitivity, temperature=cfg.rollout.temperature,
+        adv * keep[:, None], None if batch.off_policy else batch.sensitivity,
+        temperature=cfg.rollout.temperature,
         max_states=a.max_states, generator=torch.Generator().manual_seed(step_seed(cfg, step)),
         realised=a.mode != "probe", probe_step=a.probe_step if a.mode != "realised" else None,
         micro_batch_size=cfg.ppo.micro_batch_size,
@@ -375,6 +377,10 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     model, tokenizer, device = build_model(cfg.model)
     learner = build_learner(cfg, model)
     sampler = TaskSampler(cfg.tasks)
+    pool = PolicyPool.build(  # cross-policy sampling's snapshots and other models, or None
+        cfg.rollout.cross_policy,
+        lambda name: build_model(replace(cfg.model, name=name, lora=False))[0],
+    )
 
     start = 0
     if resume:
@@ -430,6 +436,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                 rollout = collect_rollouts(
                     model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
                     task_names=cfg.tasks.names, seed=seed,
+                    policies=pool.members(model) if pool is not None else (),
                 )  # fmt: skip
                 if step == start + 1:  # prompts vs rollout.max_episode_tokens (train/preflight)
                     check_prompt_budget(rollout.batch, cfg.rollout)
@@ -438,6 +445,8 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                 audit = start_audit(cfg, model, batch, step)  # None unless an audited step
                 t_update = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed)
+                if pool is not None:
+                    pool.before_update(model)
                 metrics = update_step(learner, batch, generator=generator)
                 release_memory()  # the update's freed activations back to the kernel
                 metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1

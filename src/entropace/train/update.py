@@ -3,6 +3,13 @@
 Given the step's :class:`~entropace.rollout.batch.RolloutBatch` (trajectories with sampling
 log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:`update_step`:
 
+(0) off-policy batches only (``ppo.decoupled``, or a batch marked ``off_policy``: an
+    asynchronous worker's or a cross-policy pool's tokens): ONE no-grad pass of the learner at
+    update start over the batch (:func:`entropace.train.learner.proximal_statistics`); its
+    entropy and sensitivities replace the recorded ones for (a)-(c), so EPPO and PAPO read the
+    policy being updated (ALGORITHMS.md section 9); on-policy batches skip it (the recorded
+    statistics ARE the learner's);
+
 (a) per-task rollout statistics in one pass (:func:`entropace.control.task_sums`), then the
     controllers, BEFORE the update: the clip rule (EPPO's pacer reads per-task mean entropy
     ``h_k`` of masked tokens) and PAPO's controller (batch mean entropy -> ``w_plus, w_minus``);
@@ -11,7 +18,11 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
     ``polarity_reweight`` (sum |A| preserved);
 (d) per-token clip bounds from the per-task bounds;
-(e) ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
+(e) off-policy inputs: the proximal pass (below) gives ``rollout/behaviour_kl`` (k3 of
+    behaviour vs learner, mean over the kept rows' masked tokens) and, with
+    ``ppo.decoupled``, the proximal log-probs the ratio is taken against and the behaviour
+    weights ``pi_prox / pi_behav`` (AReaL, :mod:`entropace.algos.decoupled`). Then
+    ``epochs`` x ``num_minibatches`` optimiser steps; each accumulates gradients over
     micro-batches with the mini-batch's GLOBAL token / sequence counts, so the accumulated loss
     and gradient do not depend on the micro-batch size
     (:func:`entropace.train.learner.accumulate_gradients`); a non-finite loss or gradient skips
@@ -29,6 +40,7 @@ Returns a flat dict of metrics (the ``metrics.jsonl`` contract, timings aside).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -45,6 +57,7 @@ from entropace.train.learner import (
     combine_metric,
     current_logprobs,
     optimizer_step,
+    proximal_statistics,
 )
 
 #: Loss flags logged at the top level (the others as ``loss/<name>``).
@@ -157,8 +170,18 @@ def update_step(
     names = batch.task_names
     mask = batch.loss_mask
 
+    # off-policy batches: the learner's own statistics at update start (the proximal policy,
+    # ALGORITHMS.md section 9) replace the recorded entropy and sensitivities for (a)-(c)
+    prox = None
+    if cfg.ppo.decoupled.enabled or batch.off_policy:
+        prox = proximal_statistics(learner, _all_rows(batch))
+        batch = dataclasses.replace(batch, entropy=prox.entropy, sensitivity=prox.sensitivity)
+
     # (a) per-task statistics (one pass), controllers before the update
     signals, metrics = batch_signals(batch)
+    if batch.behaviour_policy is not None:  # cross-policy: share of tokens from other members
+        others = (batch.behaviour_policy > 0) & (mask > 0)
+        metrics["rollout/cross_policy_token_frac"] = float(others.sum() / mask.sum().clamp_min(1))
     bounds = learner.clip_rule.on_step(signals)
     w_plus = w_minus = 1.0
     if learner.polarity is not None:
@@ -197,6 +220,8 @@ def update_step(
     )
     if learner.reference is not None and a.kl_beta > 0 and kept.numel():
         data.ref_logprobs = _reference_logprobs(learner, data)
+    if prox is not None and kept.numel():
+        metrics.update(off_policy_inputs(learner, data, prox.logprob, kept))
 
     # Every loss term is A-weighted (and there is no KL or entropy bonus): a trajectory whose
     # advantage is 0 on every token ("inert") contributes exactly 0 to the loss and gradient.
@@ -264,6 +289,43 @@ def update_step(
     return metrics
 
 
+def _all_rows(batch: RolloutBatch) -> MiniBatch:
+    """The batch's rows as a :class:`MiniBatch` for the proximal pass (no advantages yet)."""
+    zeros = torch.zeros(batch.size, 1, device=batch.input_ids.device)
+    return MiniBatch(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+        loss_mask=batch.loss_mask, old_logprobs=batch.old_logprobs,
+        advantages=torch.zeros_like(batch.old_logprobs), eps_low=zeros, eps_high=zeros,
+        task_ids=batch.task_ids, group_ids=batch.group_ids,
+    )  # fmt: skip
+
+
+def off_policy_inputs(
+    learner: Learner, data: MiniBatch, prox_logprobs: Tensor, kept: Tensor
+) -> dict[str, float]:
+    """Section (e)'s off-policy inputs from the proximal log-probs ``[B, L]`` on the rows
+    ``kept``; returns ``rollout/behaviour_kl`` (k3, mean over their masked tokens). With
+    ``ppo.decoupled`` it replaces, on those rows, ``data.old_logprobs`` (the behaviour
+    policy's) by the proximal ones and sets ``data.behaviour_weights`` (``pi_prox /
+    pi_behav``, 0 above the cap; 0 on rows left out, which never run)."""
+    prox = prox_logprobs[kept]
+    behav = data.old_logprobs[kept]
+    mask = data.loss_mask[kept]
+    k3 = algos.behaviour_kl_k3(prox, behav, mask)
+    out = {"rollout/behaviour_kl": float(k3.sum() / mask.sum().clamp_min(1.0))}
+    dec = learner.cfg.ppo.decoupled
+    if dec.enabled:
+        weights, _capped = algos.behaviour_importance_weights(
+            prox, behav, mask, dec.behaviour_weight_cap
+        )
+        old = data.old_logprobs.clone()
+        old[kept] = prox
+        full = torch.zeros_like(data.old_logprobs)
+        full[kept] = weights
+        data.old_logprobs, data.behaviour_weights = old, full
+    return out
+
+
 def _combine_into(sums: dict[str, Tensor], name: str, value: Tensor) -> None:
     sums[name] = combine_metric(name, sums[name], value) if name in sums else value
 
@@ -284,7 +346,10 @@ def update_metrics(
     whose passes ran, or the min / max for ``*_min`` / ``*_max``; the loss's flags are pooled
     over every masked token that ran: ``clip_frac_low`` / ``clip_frac_high`` at the top level
     and per task, the others as ``loss/<name>`` and per task (a task none of whose tokens ran
-    has no per-task flag metric).
+    has no per-task flag metric). Beside each, ``<flag>_active``: the same fraction over the
+    gradient-carrying tokens (masked, advantage != 0) that ran, which is what a clip range
+    acts on (an inert token's flag never changes a gradient); ``update/active_token_frac``
+    is their share of the masked tokens that ran.
     """
     out: dict[str, float] = {
         "optimizer_steps": len(losses),
@@ -303,6 +368,8 @@ def update_metrics(
     if "kl" in sums:
         out["kl"] = float(sums["kl"]) / measured
     tokens = sums["tokens"]
+    active = sums["tokens_active"]
+    out["update/active_token_frac"] = float(active.sum() / tokens.sum().clamp_min(1.0))
     for key, value in sums.items():
         if key.startswith("metric/"):
             name = key[len("metric/") :]
@@ -317,6 +384,15 @@ def update_metrics(
             for k, task in enumerate(names):
                 if float(tokens[k]) > 0:
                     out[f"task/{task}/{name}"] = float(value[k] / tokens[k])
+        elif key.startswith("flag_active/"):
+            name = key[len("flag_active/") :]
+            top = name in TOP_LEVEL_FLAGS
+            out[f"{name}_active" if top else f"loss/{name}_active"] = float(
+                value.sum() / active.sum().clamp_min(1.0)
+            )
+            for k, task in enumerate(names):
+                if float(active[k]) > 0:
+                    out[f"task/{task}/{name}_active"] = float(value[k] / active[k])
     return out
 
 
