@@ -6,7 +6,7 @@ Each step (1-based)::
     rollout  = collect_rollouts(model, ..., seed)   # G samples each, multi-turn, token stats
     audit    = start_audit(cfg, model, batch, step)  # every audit.every steps, else None
     metrics  = rollout_metrics(batch) | update_step(learner, batch) | audit.finish(model)
-    writer.write(step, metrics)                     # metrics.jsonl + TensorBoard
+    writer.write(step, metrics)                     # metrics.jsonl + log.trackers
     save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
 
 Everything random in a step derives from ``(cfg.seed, step)`` (the rollout seed, the
@@ -354,16 +354,25 @@ class RunDirError(FileExistsError):
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")
 
 
+def check_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a new run into a directory that holds one unless ``overwrite``
+    (:class:`RunDirError`), and a resume without a checkpoint (``FileNotFoundError``); changes
+    nothing (the CLI calls it before announcing the run)."""
+    if not resume and not overwrite and any((run_dir / f).exists() for f in RUN_FILES):
+        raise RunDirError(
+            f"{run_dir} already holds a run: continue it with --resume {run_dir}, or pass "
+            "--overwrite to move it aside and start a new one"
+        )
+    if resume and latest_checkpoint(run_dir / "checkpoints") is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}")
+
+
 def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     """A run directory holds one run: a new run into one that has a run is refused (unless
     ``overwrite``, which moves the old run aside to ``RUN.old-<time>``; nothing is deleted);
     the directory must be writable; temporaries of a killed checkpoint save are removed."""
+    check_run_dir(run_dir, resume=resume, overwrite=overwrite)
     if not resume and any((run_dir / f).exists() for f in RUN_FILES):
-        if not overwrite:
-            raise RunDirError(
-                f"{run_dir} already holds a run: continue it with --resume {run_dir}, or pass "
-                "--overwrite to move it aside and start a new one"
-            )
         aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         n = 0
         while aside.exists():
@@ -426,6 +435,11 @@ def train(
             raise CheckpointError(
                 f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
             ) from exc
+    # log.trackers start here: one that does not is an error before any rollout, and before
+    # config.yaml marks the directory as holding a run
+    writer = MetricsWriter.open(
+        run_dir, cfg.log, config=to_dict(cfg), resume_step=start if resume else None
+    )
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
     optimizer, polarity = learner.optimizer, learner.polarity
 
@@ -440,12 +454,9 @@ def train(
         }
         save_checkpoint(
             ckpt_root, step, model=model, optimizer=optimizer, state=state,
-            keep_last=cfg.log.keep_last,
+            keep_last=cfg.log.keep_last, optimizer_state=cfg.log.optimizer_state,
         )  # fmt: skip
 
-    writer = MetricsWriter(
-        run_dir, tensorboard=cfg.log.tensorboard, resume_step=start if resume else None
-    )
     bar = _progress(cfg, start)
     stop = StopRequest()
     step = start
@@ -480,8 +491,8 @@ def train(
                 metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
                 metrics.update(memory_metrics())
                 row = writer.write(step, metrics)
+                bar.set_postfix(_postfix(row), refresh=False)  # shown by the update's refresh
                 bar.update(1)
-                bar.set_postfix(_postfix(row), refresh=False)
                 every = cfg.log.checkpoint_every
                 if (every and step % every == 0) or step == cfg.steps or stop.signal:
                     checkpoint(step)
