@@ -39,8 +39,7 @@ TIMING = ("time/", "tokens_per_s", "memory/")
 
 def untimed(rows: list[dict]) -> list[dict]:
     return [
-        {k: v for k, v in r.items() if not k.startswith(TIMING) and not math.isnan(v)}
-        for r in rows
+        {k: v for k, v in r.items() if not k.startswith(TIMING) and not math.isnan(v)} for r in rows
     ]
 
 
