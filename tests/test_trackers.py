@@ -199,6 +199,20 @@ def test_a_tracker_that_does_not_start_fails_before_the_first_rollout(
     assert "entropace train: error: boom: the tracker did not start" in capsys.readouterr().err
 
 
+def test_a_training_that_raises_closes_its_trackers_as_failed(monkeypatch, tmp_path) -> None:
+    log: list = []
+    fake(monkeypatch, "first", log, rewinds=False)
+    from entropace.train import trainer as trainer_module
+
+    def broken_update(*args: Any, **kwargs: Any) -> Any:
+        raise FloatingPointError("NaN in the batch")
+
+    monkeypatch.setattr(trainer_module, "update_step", broken_update)
+    with pytest.raises(FloatingPointError):
+        train(load_config(None, [*BASE, "log.trackers=[first]"]), tmp_path / "run")
+    assert [entry[0] for entry in log] == ["start", "close"] and log[-1] == ("close", True)
+
+
 def test_rows_fan_out_unchanged_and_resume_sends_no_step_twice(monkeypatch, tmp_path) -> None:
     """2 steps, the step-2 checkpoint lost (a kill after the row was logged), resume: the
     append-only tracker keeps its step-2 row and is not sent step 2 again, the rewinding one
