@@ -63,6 +63,7 @@ __all__ = [
     "TrackerSet",
     "TrackerSpec",
     "check_trackers",
+    "failing",
     "flat_config",
     "register_tracker",
     "start_trackers",
