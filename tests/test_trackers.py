@@ -28,10 +28,17 @@ import pytest
 from entropace.cli import main
 from entropace.envs.toy import register_letter_envs
 from entropace.train import trackers as trackers_module
+from entropace.train import trainer as trainer_module
 from entropace.train.checkpoint import list_checkpoints
 from entropace.train.config import ConfigError, load_config, load_config_file
 from entropace.train.metrics_log import read_metrics
-from entropace.train.trackers import TRACKERS, TrackerError, TrackerSpec, start_trackers
+from entropace.train.trackers import (
+    TRACKERS,
+    TrackerError,
+    TrackerSpec,
+    require_trackers,
+    start_trackers,
+)
 from entropace.train.trainer import train
 
 register_letter_envs("letter", "letter2")
@@ -114,12 +121,13 @@ def test_unknown_tracker_and_bad_options_are_refused_when_the_config_loads(monke
         listed = [] if "not in log.trackers" in message else ["log.trackers=[tensorboard,wandb]"]
         with pytest.raises(ConfigError, match=message):
             load_config(None, [*listed, override], check_envs=False)
-    monkeypatch.setenv("WANDB_MODE", "offlien")
+    monkeypatch.setenv("WANDB_MODE", "offlien")  # the environment: checked at train start
+    cfg = load_config(None, ["log.trackers=[wandb]"], check_envs=False)
     with pytest.raises(ConfigError, match="WANDB_MODE='offlien' is not a W&B mode"):
-        load_config(None, ["log.trackers=[wandb]"], check_envs=False)
+        require_trackers(cfg.log.trackers, cfg.log.tracker_options)
 
 
-def test_a_missing_tracker_package_is_a_config_error_naming_the_extra(
+def test_a_missing_tracker_package_is_an_error_naming_the_extra_before_the_model(
     monkeypatch, tmp_path, capsys
 ) -> None:
     real = importlib.util.find_spec
@@ -129,8 +137,13 @@ def test_a_missing_tracker_package_is_a_config_error_naming_the_extra(
     )
     for name, extra in [("wandb", "wandb"), ("mlflow", "mlflow"), ("trackio", "trackio"),
                         ("tensorboard", "train")]:  # fmt: skip
+        # the config loads (``entropace eval`` of such a run works without the package) ...
+        cfg = load_config(None, [*BASE, f"log.trackers=[{name}]"])
+        # ... training does not start: refused before the model is built
+        monkeypatch.setattr(trainer_module, "build_model", lambda *a: pytest.fail("built"))
         with pytest.raises(ConfigError, match=rf"{name} needs the {name} package.*\[{extra}\]"):
-            load_config(None, [f"log.trackers=[{name}]"], check_envs=False)
+            train(cfg, tmp_path / name)
+        assert not (tmp_path / name).exists()
     # through the CLI: exit 2, the message, no run announced, nothing written
     run = tmp_path / "run"
     assert main(["train", *BASE, "log.trackers=[wandb]", "--run-dir", str(run)]) == 2
@@ -202,7 +215,6 @@ def test_a_tracker_that_does_not_start_fails_before_the_first_rollout(
 def test_a_training_that_raises_closes_its_trackers_as_failed(monkeypatch, tmp_path) -> None:
     log: list = []
     fake(monkeypatch, "first", log, rewinds=False)
-    from entropace.train import trainer as trainer_module
 
     def broken_update(*args: Any, **kwargs: Any) -> Any:
         raise FloatingPointError("NaN in the batch")

@@ -226,9 +226,9 @@ class LogConfig:
 
 
 def validate_log(log: LogConfig) -> None:
-    """The ``log`` section: counts, names, and every tracker's package and options
-    (:func:`entropace.train.trackers.check_trackers`), so a tracker that cannot start is
-    refused when the config loads, not after a rollout."""
+    """The ``log`` section: counts, names, and every tracker's name and options
+    (:func:`entropace.train.trackers.check_trackers`; its package is checked when training
+    starts, :func:`entropace.train.trackers.require_trackers`)."""
     from entropace.train.trackers import check_trackers
 
     check_positive("log.checkpoint_every", log.checkpoint_every, strict=False)

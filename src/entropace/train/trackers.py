@@ -18,9 +18,10 @@ The trainer computes a step's metrics once; :class:`TrackerSet` hands the same c
 (TensorBoard: a text summary; W&B: the run config; MLflow: params with dotted keys plus a
 ``config.yaml`` artifact; trackio: the run config).
 
-Failures: a name that is not registered, a tracker whose package is missing or a bad
-``log.tracker_options`` entry is a :class:`~entropace.train.schema.ConfigError` when the config
-loads (:func:`check_trackers`); a tracker that does not start (W&B online without a login, an
+Failures: a name that is not registered or a bad ``log.tracker_options`` entry is a
+:class:`~entropace.train.schema.ConfigError` when the config loads (:func:`check_trackers`); a
+tracker whose package is missing (or a bad ``WANDB_MODE``) one when training starts, before the
+model is built (:func:`require_trackers`); a tracker that does not start (W&B online without a login, an
 MLflow store that cannot be opened) raises :class:`TrackerError` when training starts, before
 the first rollout, and the trackers already started are closed. A tracker that fails *while
 logging* is switched off for the rest of the run with an error message (the run goes on; every
@@ -66,6 +67,7 @@ __all__ = [
     "failing",
     "flat_config",
     "register_tracker",
+    "require_trackers",
     "start_trackers",
 ]
 
@@ -134,6 +136,8 @@ class TrackerSpec:
         options: the ``log.tracker_options.<name>`` keys it takes.
         start: builds the tracker (imports its package).
         check: further checks of its options at config load (raises ``ConfigError``).
+        preflight: checks of the environment at train start, given its options (raises
+            ``ConfigError``).
     """
 
     name: str
@@ -142,6 +146,7 @@ class TrackerSpec:
     options: tuple[str, ...]
     start: Callable[[TrackerContext], Tracker]
     check: Callable[[dict[str, Any]], None] | None = None
+    preflight: Callable[[dict[str, Any]], None] | None = None
 
 
 TRACKERS: dict[str, TrackerSpec] = {}
@@ -183,14 +188,6 @@ def check_trackers(names: Sequence[str], options: Mapping[str, Any]) -> None:
         check_in("log.trackers", name, known)
     if len(set(names)) != len(names):
         raise ConfigError(f"log.trackers has duplicates: {list(names)}")
-    for name in names:
-        spec = TRACKERS[name]
-        if importlib.util.find_spec(spec.package.split(".")[0]) is None:
-            raise ConfigError(
-                f"log.trackers: {name} needs the {spec.package.split('.')[0]} package, which is "
-                f"not installed: pip install 'entropace[{spec.extra}]' (or drop {name} from "
-                "log.trackers)"
-            )
     for name, opts in options.items():
         if name not in names:
             raise ConfigError(
@@ -206,10 +203,27 @@ def check_trackers(names: Sequence[str], options: Mapping[str, Any]) -> None:
                     f"log.tracker_options.{name}.{key} is not an option of {name}{extra}; "
                     f"allowed: {list(spec.options)}"
                 )
-    for name in names:  # each tracker's own checks (also of the environment it reads)
+    for name in names:  # each tracker's own checks of its options
         check = TRACKERS[name].check
         if check is not None:
             check(dict(options.get(name, {})))
+
+
+def require_trackers(names: Sequence[str], options: Mapping[str, Any]) -> None:
+    """What a run needs of the machine for ``names``, checked when training starts (before the
+    model is built; not when a config loads, so ``entropace eval`` of a W&B run works where
+    wandb is not installed): each tracker's package importable (the extra named otherwise) and
+    the environment it reads (``WANDB_MODE``). Raises :class:`ConfigError`."""
+    for name in names:
+        spec = TRACKERS[name]
+        if importlib.util.find_spec(spec.package) is None:
+            raise ConfigError(
+                f"log.trackers: {name} needs the {spec.package} package, which is not "
+                f"installed: pip install 'entropace[{spec.extra}]' (or drop {name} from "
+                "log.trackers)"
+            )
+        if spec.preflight is not None:
+            spec.preflight(dict(options.get(name, {})))
 
 
 def _check_str(name: str, opts: dict[str, Any], *keys: str) -> None:
@@ -282,6 +296,9 @@ def _check_wandb(opts: dict[str, Any]) -> None:
         _check_str_list("wandb", opts, "tags")
     if "mode" in opts:
         check_in("log.tracker_options.wandb.mode", opts["mode"], WANDB_MODES)
+
+
+def _preflight_wandb(opts: dict[str, Any]) -> None:
     env = os.environ.get("WANDB_MODE")
     if "mode" not in opts and env is not None and env not in (*WANDB_MODES, "dryrun", "run"):
         raise ConfigError(f"WANDB_MODE={env!r} is not a W&B mode; allowed: {list(WANDB_MODES)}")
@@ -326,6 +343,7 @@ register_tracker(
         options=("entity", "group", "job_type", "tags", "notes", "mode", "dir"),
         start=_Wandb,
         check=_check_wandb,
+        preflight=_preflight_wandb,
     )
 )
 

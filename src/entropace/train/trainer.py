@@ -58,6 +58,7 @@ from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
+from entropace.train.trackers import require_trackers
 from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
@@ -403,6 +404,7 @@ def train(
     from entropace.rollout.batch import task_scores
 
     run_dir = Path(run_dir)
+    require_trackers(cfg.log.trackers, cfg.log.tracker_options)  # packages: before the model
     prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
