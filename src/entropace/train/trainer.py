@@ -397,7 +397,8 @@ def train(
 ) -> TrainResult:
     """Train for ``cfg.steps`` steps into ``run_dir`` (resuming from its latest checkpoint).
 
-    Writes ``config.yaml``, ``metrics.jsonl``, ``events/`` and ``checkpoints/``. SIGINT or
+    Writes ``config.yaml``, ``metrics.jsonl``, ``checkpoints/`` and what ``log.trackers`` write
+    (``events/``, ``trackers.json``, ...). SIGINT or
     SIGTERM writes a checkpoint after the current step and returns (``stopped_by`` set).
     """
     from entropace.rollout import collect_rollouts
