@@ -190,3 +190,84 @@ def test_pace_diagnostics_marks_lie_at_crossover_steps(tmp_path: Path) -> None:
         after = np.sign(ent["alfworld"][i] - ent["webshop"][i])
         assert before == -after != 0
         assert y == pytest.approx((ent["alfworld"][i] + ent["webshop"][i]) / 2)
+
+
+def write_rows(root: Path, rows: list[dict]) -> Path:
+    root.mkdir(parents=True)
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def visible(line) -> bool:
+    """A Line2D shows something: two or more points joined by a line, or markers."""
+    joined = len(line.get_xdata()) >= 2 and line.get_linestyle() not in ("None", "", " ")
+    return joined or line.get_marker() not in (None, "None", "", " ")
+
+
+def test_one_and_two_step_runs_draw_visible_points(tmp_path: Path) -> None:
+    """A 1-step run (and a key finite at one step of two) is one point per series: drawn as a
+    line alone it is invisible, so every panel with data must draw it with a marker."""
+    from entropace.report.plots import figures, render_figure
+
+    def row(step: int) -> dict:
+        rec = {"step": step, "entropy": 1.0, "reward": 0.5, "loss": None if step == 1 else 0.3}
+        for task in ("db", "kg"):
+            rec |= {f"task/{task}/{k}": v for k, v in
+                    {"entropy": 1.0 + step, "success": 0.5, "eps_low": 0.2, "eps_high": 0.28,
+                     "pace_z": 0.1 * step}.items()}  # fmt: skip
+        return rec | {"polarity/pos_mass": 0.4, "polarity/neg_mass": 0.6}
+
+    for n in (1, 2):
+        run = load_run(write_rows(tmp_path / f"r{n}", [row(s) for s in range(1, n + 1)]))
+        for spec in figures(None, {}):
+            if not spec.needs(run):
+                continue
+            fig = render_figure(spec, [run])
+            for ax in fig.axes:
+                lines = [ln for ln in ax.get_lines() if len(ln.get_xdata())]
+                assert lines, (n, spec.filename, ax.get_title())
+                for ln in lines:
+                    assert visible(ln), (n, spec.filename, ax.get_title(), ln.get_label())
+
+
+def test_pace_figure_of_a_fixed_clip_run(tmp_path: Path) -> None:
+    """Three tasks with the same constant bounds: one pair of lines labelled with the value,
+    no z-score panel, and a caption that promises none."""
+    from entropace.report.plots import figures, render_figure
+
+    def rows(lo: float, hi: float, z: bool) -> list[dict]:
+        return [
+            {"step": s, **{f"task/{t}/{k}": v for t in ("db", "kg", "os")
+                           for k, v in {"eps_low": lo, "eps_high": hi, "entropy": 1.0 / s}.items()},
+             **({f"task/{t}/pace_z": 0.1 * s for t in ("db", "kg", "os")} if z else {})}
+            for s in range(1, 5)
+        ]  # fmt: skip
+
+    pace = next(f for f in figures(None, {}) if f.filename == "pace.png")
+    fixed = load_run(write_rows(tmp_path / "grpo", rows(0.2, 0.28, z=False)))
+    assert [p.title for p in pace.drawn([fixed])] == ["clip eps_k"]
+    (ax,) = render_figure(pace, [fixed]).axes
+    lines = ax.get_lines()
+    assert [(ln.get_label(), ln.get_linestyle()) for ln in lines] == [
+        ("all tasks (fixed 0.2 / 0.28)", "-"), ("_child1", "--"),
+    ]  # fmt: skip
+    assert "z-score" not in pace.caption_for([fixed])
+    assert pace.caption_for([fixed]).startswith("Clip control: clip bounds per task")
+    symmetric = load_run(write_rows(tmp_path / "sym", rows(0.2, 0.2, z=False)))
+    (ax,) = render_figure(pace, [symmetric]).axes
+    assert [ln.get_label() for ln in ax.get_lines()] == [
+        "all tasks (fixed 0.2): eps_low = eps_high"
+    ]
+    # EPPO (bounds differ per task, z-scores logged): one pair per task, the z panel, its caption
+    eppo = load_run(write_run(tmp_path / "eppo"))
+    assert [p.title for p in pace.drawn([eppo])] == ["clip eps_k", "pace z-score z_k"]
+    eps_ax = render_figure(pace, [eppo]).axes[0]
+    assert [ln.get_label() for ln in eps_ax.get_lines()][::2] == [
+        "alfworld (fixed 0.17 / 0.28)", "webshop (fixed 0.25 / 0.28)",
+    ]  # fmt: skip
+    assert "pace z-score" in pace.caption_for([eppo])
+    # the report's caption is the one of the panels drawn
+    assert main(["report", str(tmp_path / "grpo")]) == 0
+    md = (tmp_path / "grpo" / "report" / "summary.md").read_text()
+    caption = next(ln for ln in md.splitlines() if ln.startswith("![Clip control"))
+    assert "z-score" not in caption

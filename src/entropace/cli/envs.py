@@ -11,7 +11,10 @@ Works for every registered family through :func:`entropace.envs.specs`, :func:`m
 
 In the tools interface a typed line ``tool_name {"argument": "value"}`` is sent as that call
 (in the generic ``<tool_call>`` format); any other text is sent as typed (a raw
-``<tool_call>...</tool_call>``, or kg's ``Final Answer: #3``).
+``<tool_call>...</tool_call>``, or kg's ``Final Answer: #3``). A line naming a tool with
+arguments that are not a JSON object, or an unknown tool followed by a JSON object, is refused
+with the reason and an example (no turn is spent); after the environment's own "no tool call"
+message, which shows the model's ``<tool_call>`` format, ``play`` repeats how to type a call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
@@ -131,6 +135,56 @@ def typed_call(text: str, tool_names: list[str]) -> str:
     return format_tool_call(ToolCall(name, arguments))
 
 
+#: A typed line that looks like a call: ``name {...}``.
+_CALL_LIKE = re.compile(r"\s*([A-Za-z_][\w.-]*)\s+(\{.*)", re.DOTALL)
+
+
+def call_example(tool: dict[str, Any]) -> str:
+    """``execute_sql {"query": "..."}``: how to type a call of ``tool`` (its required
+    arguments, each with a placeholder of its JSON type)."""
+    function = tool["function"]
+    params = function.get("parameters", {})
+    props = params.get("properties", {})
+    placeholder = {"array": ["..."], "object": {}, "integer": 0, "number": 0, "boolean": True}
+    arguments = {
+        name: placeholder.get(props[name].get("type"), "...")
+        for name in params.get("required", list(props))
+        if name in props
+    }
+    return f"{function['name']} {json.dumps(arguments, ensure_ascii=False)}"
+
+
+def typed_call_error(text: str, tools: list[dict[str, Any]]) -> str | None:
+    """Why a typed line meant as a tool call cannot be one (None if it can, or is no call):
+    a tool's name followed by arguments that are not one JSON object, or an unknown name
+    followed by a JSON object. ``play`` says so without spending a turn."""
+    by_name = {t["function"]["name"]: t for t in tools}
+    name, _, rest = text.strip().partition(" ")
+    if name in by_name and rest.strip():
+        try:
+            arguments = json.loads(rest)
+        except ValueError as exc:
+            return (
+                f"{name}: the arguments are not valid JSON ({exc}); type e.g. "
+                f"{call_example(by_name[name])}"
+            )
+        if not isinstance(arguments, dict):
+            return (
+                f"{name}: the arguments must be one JSON object {{...}}, got "
+                f"{type(arguments).__name__}; type e.g. {call_example(by_name[name])}"
+            )
+        return None
+    match = _CALL_LIKE.fullmatch(text)
+    if match and match.group(1) not in by_name:
+        try:
+            looks_like_call = isinstance(json.loads(match.group(2)), dict)
+        except ValueError:
+            looks_like_call = False
+        if looks_like_call:
+            return f"there is no tool {match.group(1)!r}; tools: {', '.join(by_name)}"
+    return None
+
+
 def _read_actions(stream: TextIO, oneline: bool) -> Iterator[str]:
     """Actions typed by a person: one per line, or lines until an empty line (multi-line)."""
     if oneline:
@@ -162,14 +216,20 @@ def cmd_play(args: argparse.Namespace) -> int:
     print("--- observation ---", file=out)
     print(obs, file=out)
     how = "one line per action" if args.oneline else "end each action with an empty line"
+    hint = ""
     if tools is not None:
-        how += '; a tool call as: tool_name {"argument": "value"}'
+        hint = "a tool call as: " + " or ".join(call_example(t) for t in tools)
+        how += "; " + hint
     print(f"(type your action; {how}; Ctrl-D quits)", file=out)
     total, success, turn = 0.0, False, 0
     ended = False
     names = [t["function"]["name"] for t in tools or []]
     for action in _read_actions(sys.stdin, args.oneline):
         if tools is not None:
+            problem = typed_call_error(action, tools)
+            if problem is not None:  # said here; the environment is not stepped
+                print(f"(not sent: {problem})", file=out)
+                continue
             action = typed_call(action, names)
         obs, reward, terminated, truncated, step_info = env.step(action)
         turn += 1
@@ -181,6 +241,9 @@ def cmd_play(args: argparse.Namespace) -> int:
             kind += f", tool error: {step_info['tool_error']}"
         print(f"--- observation (turn {turn}, reward {reward:g}{kind}) ---", file=out)
         print(obs, file=out)
+        if step_info.get("tool_error") in ("no_call", "bad_json"):
+            # the observation is the model's (its <tool_call> format); a person types calls so
+            print(f"(in play, type {hint})", file=out)
         if terminated or truncated:
             ended = True
             print("episode " + ("terminated" if terminated else "truncated (turn limit)"), file=out)

@@ -52,7 +52,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from entropace.train.checkpoint import CheckpointError
     from entropace.train.config import ConfigError, load_config, load_config_file
-    from entropace.train.trainer import train
+    from entropace.train.trackers import TrackerError, require_trackers
+    from entropace.train.trainer import check_run_dir, train
 
     if args.resume is not None and args.overwrite:
         print(
@@ -70,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
             cfg = load_config(args.preset, args.overrides)
             stamp = time.strftime("%Y%m%d-%H%M%S")
             run_dir = args.run_dir or Path("runs") / f"{cfg.algorithm.name}-{stamp}"
-    except (ConfigError, FileNotFoundError) as err:
+        # a refused directory or a missing tracker package is said before the run is announced
+        check_run_dir(run_dir, resume=args.resume is not None, overwrite=args.overwrite)
+        require_trackers(cfg.log.trackers, cfg.log.tracker_options)
+    except (ConfigError, FileNotFoundError, FileExistsError) as err:
         print(f"entropace train: error: {err}", file=sys.stderr)
         return 2
 
@@ -81,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = train(cfg, run_dir, resume=args.resume is not None, overwrite=args.overwrite)
-    except (OSError, ImportError, CheckpointError, ConfigError) as err:
+    except (OSError, ImportError, CheckpointError, ConfigError, TrackerError) as err:
         # OSError: a missing checkpoint, a run directory that holds another run or cannot be
-        # written; ConfigError: e.g. a device this machine lacks
+        # written; ConfigError: e.g. a device this machine lacks; TrackerError: a tracker of
+        # log.trackers that did not start (before the first rollout)
         print(f"entropace train: error: {err}", file=sys.stderr)
         return 2
     if result.stopped_by:

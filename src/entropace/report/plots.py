@@ -9,13 +9,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from entropace.diagnostics import ema_smooth
-from entropace.report.runs import RunData
+from entropace.report.runs import RunData, Series
 
-__all__ = ["FigureSpec", "Panel", "audit_figure", "draw_figure", "figures", "task_colours"]
+__all__ = [
+    "FigureSpec",
+    "Panel",
+    "audit_figure",
+    "draw_figure",
+    "figures",
+    "render_figure",
+    "task_colours",
+]
 
 # A panel draws one run into one axes and returns False if the run has none of its data.
 PanelFn = Callable[["object", RunData, dict[str, str]], bool]
@@ -23,16 +32,19 @@ PanelFn = Callable[["object", RunData, dict[str, str]], bool]
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes per run: its title, how to draw it, whether a run has any of its metrics."""
+    """One axes per run: its title, how to draw it, whether a run has any of its metrics, and
+    what the figure's caption says about it (only when it is drawn)."""
 
     title: str
     draw: PanelFn
     has_data: Callable[[RunData], bool]
+    caption: str = ""
 
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """One PNG: its file name, a caption and its panels (rows)."""
+    """One PNG: its file name, a caption and its panels (rows). A caption ending in ``:`` is
+    completed by the captions of the panels drawn (:meth:`caption_for`)."""
 
     filename: str
     caption: str
@@ -41,6 +53,30 @@ class FigureSpec:
     def needs(self, run: RunData) -> bool:
         """Whether ``run`` has the metrics of at least one panel."""
         return any(p.has_data(run) for p in self.panels)
+
+    def drawn(self, runs: Sequence[RunData]) -> list[Panel]:
+        """The panels some run has data for (the figure's rows)."""
+        return [p for p in self.panels if any(p.has_data(run) for run in runs)]
+
+    def caption_for(self, runs: Sequence[RunData]) -> str:
+        """The caption of the figure drawn for ``runs``: it names only the panels drawn."""
+        parts = [p.caption for p in self.drawn(runs) if p.caption]
+        if not self.caption.endswith(":"):
+            return self.caption
+        return f"{self.caption} {'; '.join(parts)}."
+
+
+#: Series with fewer points than this are drawn with markers (a single point is invisible as
+#: a line; a few are easier to read as dots).
+MARKERS_BELOW = 25
+
+
+def _line(ax, steps: np.ndarray, values: np.ndarray, **kwargs) -> None:
+    """``ax.plot`` with markers for short series (a 1-step run's single point shows)."""
+    if len(steps) < MARKERS_BELOW:
+        kwargs.setdefault("marker", "o")
+        kwargs.setdefault("markersize", 3.5)
+    ax.plot(steps, values, **kwargs)
 
 
 def task_colours(runs: Sequence[RunData]) -> dict[str, str]:
@@ -57,7 +93,7 @@ def _plot_task_field(ax, run: RunData, colours: dict[str, str], name: str) -> bo
         if s is None or not len(s.finite()):
             continue
         f = s.finite()
-        ax.plot(f.steps, f.values, color=colours.get(task, "k"), label=task)
+        _line(ax, f.steps, f.values, color=colours.get(task, "k"), label=task)
         drawn = True
     return drawn
 
@@ -69,7 +105,7 @@ def _plot_keys(ax, run: RunData, keys: Sequence[str]) -> bool:
         if s is None or not len(s.finite()):
             continue
         f = s.finite()
-        ax.plot(f.steps, f.values, color=f"C{i}", label=key)
+        _line(ax, f.steps, f.values, color=f"C{i}", label=key)
         drawn = True
     return drawn
 
@@ -87,9 +123,10 @@ def entropy_panel(ema: float | None, crossings: dict[str, list[tuple[int, float]
             c = colours.get(task, "k")
             if ema is not None:
                 ax.plot(f.steps, f.values, color=c, alpha=0.3, linewidth=0.8)
-                ax.plot(f.steps, ema_smooth(f.values, ema), color=c, label=task, linewidth=1.8)
+                smooth = ema_smooth(f.values, ema)
+                _line(ax, f.steps, smooth, color=c, label=task, linewidth=1.8)
             else:
-                ax.plot(f.steps, f.values, color=c, label=task)
+                _line(ax, f.steps, f.values, color=c, label=task)
             drawn = True
         marks = crossings.get(run.name, [])
         if marks:
@@ -101,36 +138,72 @@ def entropy_panel(ema: float | None, crossings: dict[str, list[tuple[int, float]
     return Panel(title, draw, _has_task_field("entropy"))
 
 
-def _task_panel(title: str, name: str) -> Panel:
+def _task_panel(title: str, name: str, caption: str = "") -> Panel:
     return Panel(
         title,
         lambda ax, run, colours: _plot_task_field(ax, run, colours, name),
         _has_task_field(name),
+        caption,
     )
 
 
+Points = tuple[tuple[int, ...], tuple[float, ...]]
+
+
+def _points(s: Series | None) -> Points:
+    """A series' finite ``(steps, values)`` as hashable tuples (empty for None)."""
+    if s is None:
+        return (), ()
+    f = s.finite()
+    return tuple(f.steps.tolist()), tuple(f.values.tolist())
+
+
 def _eps_panel(ax, run: RunData, colours: dict[str, str]) -> bool:
-    lo = _plot_task_field(ax, run, colours, "eps_low")
-    hi = False
-    for task in run.tasks:  # eps_high dashed, no second legend entry
-        s = run.task_series(task, "eps_high")
-        if s is not None and len(s.finite()):
-            f = s.finite()
-            ax.plot(f.steps, f.values, color=colours.get(task, "k"), linestyle="--")
-            hi = True
-    return lo or hi
+    """eps_low solid, eps_high dashed, per task. Tasks with identical bounds at every step (a
+    fixed clip, EPPO's warmup) share one pair of lines labelled with their names (``all
+    tasks``) and, when constant, the value; equal eps_low and eps_high are one line."""
+    groups: dict[tuple[Points, Points], list[str]] = {}
+    for task in run.tasks:
+        lo = _points(run.task_series(task, "eps_low"))
+        hi = _points(run.task_series(task, "eps_high"))
+        if lo[0] or hi[0]:
+            groups.setdefault((lo, hi), []).append(task)
+    for (lo, hi), tasks in groups.items():
+        colour = colours.get(tasks[0], "k") if len(tasks) == 1 else "k"
+        label = "all tasks" if len(tasks) == len(run.tasks) > 1 else ", ".join(tasks)
+        same = lo == hi
+        constant = [sorted(set(part[1])) for part in ((lo,) if same else (lo, hi)) if part[0]]
+        if all(len(c) == 1 for c in constant):
+            label += " (fixed " + " / ".join(f"{c[0]:g}" for c in constant) + ")"
+        if lo[0]:
+            _line(ax, np.asarray(lo[0]), np.asarray(lo[1]), color=colour,
+                  label=f"{label}: eps_low = eps_high" if same else label)  # fmt: skip
+        if hi[0] and not same:
+            _line(ax, np.asarray(hi[0]), np.asarray(hi[1]), color=colour, linestyle="--",
+                  label=None if lo[0] else label)  # fmt: skip
+    return bool(groups)
 
 
-def _keys_panel(title: str, keys: Sequence[str]) -> Panel:
-    return Panel(title, lambda ax, run, colours: _plot_keys(ax, run, keys), _has_keys(*keys))
+def _keys_panel(title: str, keys: Sequence[str], caption: str = "") -> Panel:
+    return Panel(
+        title, lambda ax, run, colours: _plot_keys(ax, run, keys), _has_keys(*keys), caption
+    )
 
 
 def _has_task_field(*names: str) -> Callable[[RunData], bool]:
-    return lambda run: any(run.task_series(t, n) is not None for t in run.tasks for n in names)
+    """Whether some task has a finite value of one of ``names`` (an all-NaN series draws
+    nothing, so it is no data)."""
+
+    def has(run: RunData) -> bool:
+        series = (run.task_series(t, n) for t in run.tasks for n in names)
+        return any(s is not None and len(s.finite()) for s in series)
+
+    return has
 
 
 def _has_keys(*keys: str) -> Callable[[RunData], bool]:
-    return lambda run: any(run.get(k) is not None for k in keys)
+    """Whether one of ``keys`` has a finite value (all-NaN draws nothing)."""
+    return lambda run: any(run.get(k) is not None and len(run.get(k).finite()) for k in keys)
 
 
 def _paired(run: RunData, x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -202,12 +275,21 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
         ),
         FigureSpec(
             "pace.png",
-            "Clip control: EPPO eps_k per task (solid eps_low, dashed eps_high), pace z-score; "
-            "BAPO bounds when present.",
+            "Clip control:",
             (
-                Panel("clip eps_k", _eps_panel, _has_task_field("eps_low", "eps_high")),
-                _task_panel("pace z-score z_k", "pace_z"),
-                _keys_panel("BAPO ratio bounds (last search)", ["bapo/c_low", "bapo/c_high"]),
+                Panel(
+                    "clip eps_k",
+                    _eps_panel,
+                    _has_task_field("eps_low", "eps_high"),
+                    "clip bounds per task (solid eps_low, dashed eps_high; tasks with the same "
+                    "bounds at every step share one line, labelled with the value when fixed)",
+                ),
+                _task_panel("pace z-score z_k", "pace_z", "EPPO's pace z-score z_k per task"),
+                _keys_panel(
+                    "BAPO ratio bounds (last search)",
+                    ["bapo/c_low", "bapo/c_high"],
+                    "BAPO's ratio bounds of the last search",
+                ),
             ),
         ),
         FigureSpec(
@@ -241,10 +323,18 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
 
 def draw_figure(spec: FigureSpec, runs: Sequence[RunData], out: Path) -> Path:
     """Draw ``spec`` with one column per run into ``out`` (PNG)."""
+    render_figure(spec, runs).savefig(out)
+    return out
+
+
+def render_figure(spec: FigureSpec, runs: Sequence[RunData]) -> Any:
+    """The matplotlib ``Figure`` of ``spec``: one column per run, one row per panel that some
+    run has data for."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     colours = task_colours(runs)
-    panels = [p for p in spec.panels if any(p.has_data(run) for run in runs)]  # drop empty rows
+    panels = spec.drawn(runs)  # drop empty rows
     nrows, ncols = len(panels), len(runs)
     height = 3.2 * nrows
     fig = Figure(figsize=(5.0 * ncols, height), dpi=100)
@@ -267,7 +357,11 @@ def draw_figure(spec: FigureSpec, runs: Sequence[RunData], out: Path) -> Path:
                 ax.grid(alpha=0.3)
             else:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-            if row == nrows - 1 and not ax.get_xlabel():  # a panel may name its own x axis
-                ax.set_xlabel("step")
-    fig.savefig(out)
-    return out
+            if not ax.get_xlabel():  # a panel may name its own x axis; steps are integers
+                lo, hi = ax.get_xlim()
+                if hi - lo < 2:  # a 1-step run: one step each side, integer ticks
+                    ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                if row == nrows - 1:
+                    ax.set_xlabel("step")
+    return fig

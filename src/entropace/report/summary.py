@@ -363,7 +363,7 @@ def write_report(
                 notes.append(f"{spec.filename}: run {r.name} has none of its metrics")
         draw_figure(spec, data, out / spec.filename)
         written.append(spec.filename)
-        blocks.append(("img", spec.filename, spec.caption))
+        blocks.append(("img", spec.filename, spec.caption_for(data)))
     if notes:
         blocks.append(("h", 2, "Notes"))
         blocks.append(("ul", notes))

@@ -9,7 +9,8 @@ Modules:
     data        ``TaskSampler``: the task mix and its checkpointed seed position
     trainer     ``train``: rollout -> update -> log -> checkpoint, exact resume
     checkpoint  atomic keep-last-k checkpoints
-    metrics_log ``metrics.jsonl`` and TensorBoard
+    metrics_log ``metrics.jsonl``, each row fanned out to the trackers
+    trackers    ``log.trackers``: TensorBoard, W&B, MLflow, trackio (``register_tracker``)
     evaluation  ``evaluate``: per-task success on held-out seeds
 """
 

@@ -4,7 +4,10 @@
 
 * ``model.safetensors``: the trainable weights (all of them; for LoRA the adapter only),
   saved with ``safetensors`` (shared/tied tensors handled);
-* ``optim.pt``: the optimiser's state dict (``torch.save`` of tensors and plain values);
+* ``optim.pt``: the optimiser's state dict (``torch.save`` of tensors and plain values); with
+  ``optimizer_state="last"`` only the newest checkpoint keeps it (AdamW's moments are twice
+  the weights' size: 1.08 GB of the quick preset's 1.6 GB checkpoint), the older ones hold
+  what ``eval`` and reports need but cannot be resumed from (:func:`load_checkpoint` says so);
 * ``rng.pt``: python, numpy and torch RNG states, as tensors and plain values;
 * ``state.json``: step, the resolved config, the LR schedule's position
   (``scheduler_steps``), data position, controllers' state dicts, skipped-step count (any
@@ -18,7 +21,8 @@ unpickles only tensors and plain containers (numpy's array reconstruction is all
 Writing goes to a temporary sibling directory; every file is fsynced, then the directory is
 renamed into place (atomic on POSIX) and the parent fsynced. A crash therefore leaves either
 the previous checkpoints or the new one, never a partial one. Older checkpoints beyond
-``keep_last`` are deleted after the new one is in place. A model with a non-finite weight is
+``keep_last`` are deleted (and, with ``optimizer_state="last"``, the kept older ones lose
+``optim.pt``) after the new one is in place. A model with a non-finite weight is
 never written (:class:`NonFiniteCheckpointError`).
 """
 
@@ -31,12 +35,13 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 PREFIX = "step_"
+OPTIM_FILE = "optim.pt"
 
 
 class NonFiniteCheckpointError(RuntimeError):
@@ -146,11 +151,14 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep_last: int = 2,
+    optimizer_state: Literal["all", "last"] = "all",
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically; prune to ``keep_last``.
 
     Args:
         state: JSON-serialisable trainer state (controllers, data position, counters).
+        optimizer_state: ``all``: every kept checkpoint keeps ``optim.pt``; ``last``: only
+            the new one (it is removed from the older ones once the new one is in place).
 
     Raises:
         NonFiniteCheckpointError: a weight is NaN/inf (nothing is written).
@@ -173,7 +181,7 @@ def save_checkpoint(
         )
     else:
         st.save_model(model, str(tmp / "model.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict()}, tmp / "optim.pt")
+    torch.save({"optimizer": optimizer.state_dict()}, tmp / OPTIM_FILE)
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
     for f in tmp.iterdir():
@@ -183,8 +191,14 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync(root)
-    for old in list_checkpoints(root)[:-keep_last]:
+    kept = list_checkpoints(root)
+    for old in kept[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    if optimizer_state == "last":
+        for old in kept[-keep_last:]:
+            if old != final and (old / OPTIM_FILE).exists():
+                (old / OPTIM_FILE).unlink()
+                _fsync(old)
     return final
 
 
@@ -212,8 +226,14 @@ def load_checkpoint(
         else:
             st.load_model(model, str(path / "model.safetensors"), strict=True)
     if optimizer is not None:
-        with _explained(path / "optim.pt", "does not load as this run's optimiser state"):
-            optim = _load_pt(path / "optim.pt")
+        if not (path / OPTIM_FILE).exists():
+            raise CheckpointError(
+                f"{path}: has no optimiser state ({OPTIM_FILE}), so a run cannot continue "
+                "exactly from it (log.optimizer_state=last keeps it in the newest checkpoint "
+                "only); its weights still load for eval and reports"
+            )
+        with _explained(path / OPTIM_FILE, "does not load as this run's optimiser state"):
+            optim = _load_pt(path / OPTIM_FILE)
             optimizer.load_state_dict(optim["optimizer"])
         if "scheduler_steps" not in state and "scheduler" in optim:
             state["scheduler_steps"] = int(optim["scheduler"]["last_epoch"])

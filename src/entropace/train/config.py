@@ -235,18 +235,72 @@ class LogConfig:
     """Logging and checkpoints.
 
     Attributes:
-        tensorboard: write ``RUN/events`` (needs ``tensorboard``, in ``entropace[train]``).
+        trackers: where each step's metrics row goes besides ``RUN/metrics.jsonl`` (always
+            written): any of ``tensorboard`` (``RUN/events``; in ``entropace[train]``),
+            ``wandb``, ``mlflow``, ``trackio`` (extras of the same names), under our metric
+            names, with the run's config recorded (:mod:`entropace.train.trackers`). ``[]``:
+            none. The key ``log.tensorboard: true|false`` of older configs adds / removes
+            ``tensorboard`` (:func:`legacy_log_keys`).
+        project: the W&B project, MLflow experiment and trackio project of the run.
+        run_name: the run's name in the trackers (default: the run directory's name).
+        tracker_options: per tracker, its settings, e.g. ``{wandb: {entity: me, mode:
+            offline}, mlflow: {tracking_uri: "sqlite:///mlflow.db"}}`` (the keys each takes are
+            in ``docs/training.md``; unknown ones are refused when the config loads).
         progress: show the tqdm progress bar.
         checkpoint_every: training steps between checkpoints (0: only at the end / on stop).
         keep_last: checkpoints kept (older ones are deleted).
+        optimizer_state: ``all`` keeps the optimiser state (``optim.pt``, twice the weights'
+            size for AdamW) in every kept checkpoint; ``last`` only in the newest one (the older
+            ones keep weights, RNG and state: enough for ``eval`` and reports, not to resume).
         report: write ``RUN/report`` at the end of ``entropace train``.
     """
 
-    tensorboard: bool = True
+    trackers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    project: str = "entropace"
+    run_name: str | None = None
+    tracker_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
     checkpoint_every: int = 10
     keep_last: int = 2
+    optimizer_state: Literal["all", "last"] = "all"
     report: bool = True
+
+
+def validate_log(log: LogConfig) -> None:
+    """The ``log`` section: names and every tracker's name and options (its counts have their
+    ranges in the range table below)
+    (:func:`entropace.train.trackers.check_trackers`; its package is checked when training
+    starts, :func:`entropace.train.trackers.require_trackers`)."""
+    from entropace.train.trackers import check_trackers
+
+    if not log.project.strip():
+        raise ConfigError("log.project must not be empty")
+    if log.run_name is not None and not log.run_name.strip():
+        raise ConfigError("log.run_name must not be empty (leave it unset for the run dir's name)")
+    check_trackers(log.trackers, log.tracker_options)
+
+
+def legacy_log_keys(below: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """``layer`` (a preset, a saved config or the command line) with the pre-``log.trackers``
+    key ``log.tensorboard: true|false`` turned into ``log.trackers``: ``tensorboard`` added
+    to / removed from the trackers that ``layer`` names, else those of the layers ``below``
+    it (merged), else the default."""
+    log = layer.get("log")
+    if not isinstance(log, dict) or "tensorboard" not in log:
+        return layer
+    log = dict(log)
+    on = log.pop("tensorboard")
+    if not isinstance(on, bool):
+        raise ConfigError(f"log.tensorboard: expected true/false, got {on!r}")
+    below_log = below.get("log") if isinstance(below.get("log"), dict) else {}
+    trackers = log.get("trackers", below_log.get("trackers", LogConfig().trackers))
+    if isinstance(trackers, str):  # "tensorboard,wandb" on the command line
+        trackers = [t.strip() for t in trackers.split(",") if t.strip()]
+    if not isinstance(trackers, list):
+        raise ConfigError(f"log.trackers: expected a list, got {trackers!r}")
+    trackers = [t for t in trackers if t != "tensorboard"]
+    log["trackers"] = ["tensorboard", *trackers] if on else trackers
+    return {**layer, "log": log}
 
 
 @dataclass
@@ -476,6 +530,7 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     if cfg.ppo.decoupled.enabled:
         _check_decoupled(cfg)
     _warn_autocast(cfg)
+    validate_log(cfg.log)
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "
@@ -610,7 +665,9 @@ def resolve(
             if isinstance(tasks.get(key), dict):
                 tasks[key] = {k: v for k, v in tasks[key].items() if k in names}
         preset = {**preset, "tasks": tasks}
-    merged = merge(merge(recipe, preset), overrides)
+    merged = recipe
+    for layer in (preset, overrides):  # each layer's legacy log.tensorboard over those below
+        merged = merge(merged, legacy_log_keys(merged, layer))
     return validate(build_dataclass(TrainConfig, merged), check_envs=check_envs)
 
 

@@ -1,4 +1,4 @@
-"""Where a step's metrics go: ``RUN/metrics.jsonl``, TensorBoard ``RUN/events/``.
+"""Where a step's metrics go: ``RUN/metrics.jsonl`` and the trackers of ``log.trackers``.
 
 ``metrics.jsonl`` holds one flat JSON object per training step (the run-directory contract in
 ``docs/training.md``): numbers only, NaN/inf written as ``null``, ``"step"`` an int (1-based).
@@ -9,7 +9,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from entropace.train.trackers import TrackerSet, failing, start_trackers
+
+if TYPE_CHECKING:
+    from entropace.train.config import LogConfig
 
 
 def clean(metrics: dict[str, Any]) -> dict[str, float | int | None]:
@@ -27,13 +32,18 @@ def clean(metrics: dict[str, Any]) -> dict[str, float | int | None]:
 
 
 class MetricsWriter:
-    """Appends to ``metrics.jsonl`` and (optionally) TensorBoard.
+    """Appends each step's row to ``metrics.jsonl`` and fans the same row out to the trackers.
 
-    On resume the jsonl is first truncated to the steps ``<= step`` of the checkpoint, so a
-    run that logged past its last checkpoint before being killed has no duplicated steps.
+    The row is cleaned once (:func:`clean`); ``metrics.jsonl`` gets it whole (``null`` for
+    NaN/inf), every tracker of :mod:`entropace.train.trackers` the same values without the
+    ``null`` ones. On resume the jsonl is first truncated to the steps ``<= resume_step`` of
+    the checkpoint, so a run that logged past its last checkpoint before being killed has no
+    duplicated steps (the trackers' own rule is in :class:`~entropace.train.trackers.TrackerSet`).
     """
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, resume_step: int | None = None):
+    def __init__(
+        self, run_dir: Path, *, trackers: TrackerSet | None = None, resume_step: int | None = None
+    ) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             keep = [
@@ -43,35 +53,40 @@ class MetricsWriter:
             ]
             self.path.write_text("".join(line + "\n" for line in keep))
         self._file = self.path.open("a")
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as exc:
-                raise ImportError(
-                    "TensorBoard logging needs tensorboard: pip install 'entropace[train]' "
-                    "(or set log.tensorboard=false)"
-                ) from exc
-            self._tb = SummaryWriter(
-                log_dir=str(run_dir / "events"),
-                purge_step=None if resume_step is None else resume_step + 1,
-            )
+        self.trackers = trackers
+
+    @classmethod
+    def open(
+        cls,
+        run_dir: Path,
+        log: LogConfig,
+        *,
+        config: dict[str, Any],
+        resume_step: int | None = None,
+    ) -> MetricsWriter:
+        """The writer of a run: starts ``log.trackers`` (before the first rollout) with the
+        run's resolved ``config``. Raises :class:`~entropace.train.trackers.TrackerError` if a
+        tracker does not start (nothing is written then)."""
+        trackers = start_trackers(
+            log.trackers, run_dir, project=log.project, run_name=log.run_name, config=config,
+            options=log.tracker_options, resume_step=resume_step,
+        )  # fmt: skip
+        return cls(run_dir, trackers=trackers, resume_step=resume_step)
 
     def write(self, step: int, metrics: dict[str, Any]) -> dict[str, float | int | None]:
         row = {"step": int(step), **clean({k: v for k, v in metrics.items() if k != "step"})}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            for key, value in row.items():
-                if key != "step" and value is not None:
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+        if self.trackers is not None:
+            self.trackers.log(step, row)
         return row
 
-    def close(self) -> None:
+    def close(self, *, failed: bool | None = None) -> None:
+        """Close the jsonl and the trackers (``failed``: default, whether an exception is
+        propagating, for a call in a ``finally`` block; the trackers mark their run failed)."""
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        if self.trackers is not None:
+            self.trackers.close(failed=failing() if failed is None else failed)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -33,11 +33,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from entropace.train.checkpoint import clean_stale_temporaries
+from entropace.train.checkpoint import clean_stale_temporaries, latest_checkpoint
 
 __all__ = [
     "LOCK_FILE",
     "RUN_FILES",
+    "check_run_dir",
     "RunDirError",
     "RunDirLock",
     "RunDirLocked",
@@ -191,6 +192,21 @@ def _move_aside(run_dir: Path) -> Path:
     return aside
 
 
+def check_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a new run into a directory that holds one unless ``overwrite``
+    (:class:`RunDirError`), and a resume without a checkpoint (``FileNotFoundError``); changes
+    nothing (the CLI calls it before announcing the run, :func:`prepare_run_dir` again under
+    the lock)."""
+    run_dir = Path(run_dir)
+    if not resume and not overwrite and any((run_dir / f).exists() for f in RUN_FILES):
+        raise RunDirError(
+            f"{run_dir} already holds a run: continue it with --resume {run_dir}, or pass "
+            "--overwrite to move it aside and start a new one"
+        )
+    if resume and latest_checkpoint(run_dir / "checkpoints") is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}")
+
+
 def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> RunDirLock:
     """Lock ``run_dir`` for this process (:func:`lock_run_dir`) and return the lock, which the
     caller holds for the run's whole life. A run directory holds one run: a new run into one
@@ -200,12 +216,8 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> RunDirLo
     run_dir = Path(run_dir)
     lock = lock_run_dir(run_dir)
     try:
+        check_run_dir(run_dir, resume=resume, overwrite=overwrite)
         if not resume and any((run_dir / f).exists() for f in RUN_FILES):
-            if not overwrite:
-                raise RunDirError(
-                    f"{run_dir} already holds a run: continue it with --resume {run_dir}, or "
-                    "pass --overwrite to move it aside and start a new one"
-                )
             aside = _move_aside(run_dir)
             logger.warning("moved the previous run in %s aside to %s", run_dir, aside)
         try:

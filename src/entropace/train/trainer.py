@@ -6,7 +6,7 @@ Each step (1-based)::
     rollout  = collect_rollouts(model, ..., seed)   # G samples each, multi-turn, token stats
     audit    = start_audit(cfg, model, batch, step)  # every audit.every steps, else None
     metrics  = rollout_metrics(batch) | update_step(learner, batch) | audit.finish(model)
-    writer.write(step, metrics)                     # metrics.jsonl + TensorBoard
+    writer.write(step, metrics)                     # metrics.jsonl + log.trackers
     save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
 
 Everything random in a step derives from ``(cfg.seed, step)`` (the rollout seed, the
@@ -58,8 +58,14 @@ from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.preflight import check_prompt_budget
-from entropace.train.rundir import RUN_FILES, RunDirError, prepare_run_dir  # noqa: F401 (re-export)
+from entropace.train.rundir import (  # noqa: F401 (re-export)
+    RUN_FILES,
+    RunDirError,
+    check_run_dir,
+    prepare_run_dir,
+)
 from entropace.train.snapshots import PolicyPool
+from entropace.train.trackers import require_trackers
 from entropace.train.update import token_advantages, update_step
 
 logger = logging.getLogger(__name__)
@@ -354,12 +360,14 @@ def train(
 ) -> TrainResult:
     """Train for ``cfg.steps`` steps into ``run_dir`` (resuming from its latest checkpoint).
 
-    Writes ``config.yaml``, ``metrics.jsonl``, ``events/`` and ``checkpoints/``. SIGINT or
+    Writes ``config.yaml``, ``metrics.jsonl``, ``checkpoints/`` and what ``log.trackers`` write
+    (``events/``, ``trackers.json``, ...). SIGINT or
     SIGTERM writes a checkpoint after the current step and returns (``stopped_by`` set).
     The run directory is locked for the whole call (:mod:`entropace.train.rundir`): another
     process training into it gets :class:`RunDirLocked` naming this one.
     """
     run_dir = Path(run_dir)
+    require_trackers(cfg.log.trackers, cfg.log.tracker_options)  # packages: before the model
     with prepare_run_dir(run_dir, resume=resume, overwrite=overwrite):
         return _train(cfg, run_dir, resume=resume)
 
@@ -404,6 +412,11 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
             raise CheckpointError(
                 f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
             ) from exc
+    # log.trackers start here: one that does not is an error before any rollout, and before
+    # config.yaml marks the directory as holding a run
+    writer = MetricsWriter.open(
+        run_dir, cfg.log, config=to_dict(cfg), resume_step=start if resume else None
+    )
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
     optimizer, polarity = learner.optimizer, learner.polarity
 
@@ -418,12 +431,9 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
         }
         save_checkpoint(
             ckpt_root, step, model=model, optimizer=optimizer, state=state,
-            keep_last=cfg.log.keep_last,
+            keep_last=cfg.log.keep_last, optimizer_state=cfg.log.optimizer_state,
         )  # fmt: skip
 
-    writer = MetricsWriter(
-        run_dir, tensorboard=cfg.log.tensorboard, resume_step=start if resume else None
-    )
     bar = _progress(cfg, start)
     stop = StopRequest()
     step = start
@@ -467,8 +477,8 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                     metrics.update(held_out_metrics(model, tokenizer, cfg))
                     metrics["time/eval"] = time.perf_counter() - t_eval
                 row = writer.write(step, metrics)
+                bar.set_postfix(_postfix(row), refresh=False)  # shown by the update's refresh
                 bar.update(1)
-                bar.set_postfix(_postfix(row), refresh=False)
                 every = cfg.log.checkpoint_every
                 if (every and step % every == 0) or step == cfg.steps or stop.signal:
                     checkpoint(step)
