@@ -213,8 +213,6 @@ def largest_city_of_time_zone(g: KnowledgeGraph) -> Iterator[Question]:
             yield Question("largest_city_of_time_zone", text, (tz,), _ents(top), None, plan)
 
 
-
-
 def _border_currency_pairs(g: KnowledgeGraph) -> Iterator[tuple[str, str, list[str]]]:
     for c in _of(g, "country"):
         nb = g.neighbors(c, NB)
@@ -331,8 +329,6 @@ def count_big_cities_of_state(g: KnowledgeGraph) -> Iterator[Question]:
                 )
                 text = f"How many cities with a population over {n:,} are in the US state {st}?"
                 yield Question("count_big_cities_of_state", text, (st,), None, len(big), plan)
-
-
 
 
 def capital_of_most_populous_neighbour(g: KnowledgeGraph) -> Iterator[Question]:

@@ -16,7 +16,8 @@ this module builds the ``kg`` pools over :data:`~entropace.envs.kg.questions.TEM
 
 So no ``test`` or ``test_unseen`` fingerprint occurs in ``train``, no ``train`` instance names
 a held-out entity in its question or answer, and no held-out template has a ``train`` instance.
-Pools are computed once per process per template (about 1 s for all 26 templates).
+Pools are computed once per process per template and difficulty (a few seconds per
+difficulty: every instance is fingerprinted).
 """
 
 from __future__ import annotations
@@ -71,9 +72,16 @@ def split_of_question(q: Question, difficulty: str) -> Split:
 
 
 @cache
+def _pools(template: Template, difficulty: str) -> dict[str, tuple[Question, ...]]:
+    out: dict[str, list[Question]] = {"train": [], "test": [], "test_unseen": []}
+    for q in instances(template):
+        out[split_of_question(q, difficulty)].append(q)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def pool(template: Template, difficulty: str, split: Split) -> tuple[Question, ...]:
     """The instances of ``template`` (of ``difficulty``) that ``split`` draws, in a fixed order."""
-    return tuple(q for q in instances(template) if split_of_question(q, difficulty) == split)
+    return _pools(template, difficulty)[split]
 
 
 def templates_of(difficulty: str, split: Split) -> tuple[Template, ...]:

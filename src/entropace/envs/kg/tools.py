@@ -315,9 +315,7 @@ class ToolSession:
         var = self._variable(a)
         if isinstance(var, str) or var.number is not None:
             return Outcome(var if isinstance(var, str) else f"{a} is already a number.")
-        return Outcome(
-            self._store(Variable(number=len(var.entities)), f"Count of {a}."), ok=True
-        )
+        return Outcome(self._store(Variable(number=len(var.entities)), f"Count of {a}."), ok=True)
 
     def answer(self, x: str) -> Outcome:
         if x.startswith("#"):
