@@ -40,8 +40,7 @@ from entropace.envs.db.actions import (  # noqa: E402
     value_matches,
 )
 from entropace.envs.db.build import SOURCES, database_path  # noqa: E402
-from entropace.envs.db.questions import UNSEEN_DATABASES  # noqa: E402
-from entropace.envs.db.questions import generate  # noqa: E402
+from entropace.envs.db.questions import UNSEEN_DATABASES, generate  # noqa: E402
 from entropace.envs.db.sandbox import (  # noqa: E402
     check_statement,
     code_only,

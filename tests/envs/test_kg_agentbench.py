@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from entropace.envs import make, spec
 from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate, run_episode
-from entropace.envs.kg import answer_f1
+from entropace.envs.kg import KGEnv, answer_f1
 from entropace.envs.kg.graph import load_graph
 from entropace.envs.kg.tools import ToolSession
 
@@ -265,3 +265,37 @@ def test_env_never_raises_with_options(actions: list[str]) -> None:
         assert 0.0 <= info["f1"] <= 1.0 and info["exact_match"] in (0.0, 1.0)
         if term or trunc:
             break
+
+
+def test_agentbench_tools_wording_and_every_call_of_a_reply() -> None:
+    """AgentBench FC's kg loop (knowledgegraph/task.py, commit 578c5e9): the first message is
+    ``f'{question}\\nEntities: [...]'`` (line 93); every call of a reply runs in order (line
+    140), results read ``Observation: variable #N, which are instances of T`` / ``..., which is
+    a number`` (api.py lines 106 and 144), a failed call ``Error processing tool call: ...``
+    (task.py line 193)."""
+    from entropace.envs.base import TurnLimit
+    from entropace.envs.kg.fc import AGENTBENCH_STYLE, SUITE
+    from entropace.envs.tools import ToolCall, ToolInterface, format_tool_call
+
+    raw = KGEnv("easy", hide_members=True, final_answer=True)
+    env = TurnLimit(ToolInterface(raw, SUITE, AGENTBENCH_STYLE, calls_per_reply="all"), 15)
+    obs, _ = env.reset(0)
+    assert obs == f"{raw.question.text}\nEntities: [{', '.join(raw.question.entities)}]"
+    reply = format_tool_call(
+        ToolCall("get_neighbors", {"variable": "Spain", "relation": NB})
+    ) + format_tool_call(ToolCall("count", {"variable": "#0"}))
+    obs, reward, term, _, info = env.step(reply)
+    assert [m["content"] for m in info["tool_messages"]] == [
+        "Observation: variable #0, which are instances of country",
+        "Observation: variable #1, which is a number",
+    ]
+    assert (reward, term, info["calls_run"]) == (0.0, False, 2)
+    obs, *_ = env.step(format_tool_call(ToolCall("count", {"variable": "#7"})))
+    assert obs == "Error processing tool call: Variable #7 does not exist (variables: #0..#1)."
+    obs, *_ = env.step(format_tool_call(ToolCall("get_relations", {"variable": "Spain"})))
+    assert obs == "Observation: [" + ", ".join(raw.graph.relations("Spain")) + "]"
+    # strict (the default tools interface): two calls are refused, none runs
+    strict = make("kg", interface="tools")
+    strict.reset(0)
+    _, _, _, _, info = strict.step(reply)
+    assert info["tool_error"] == "several_calls" and not strict.env.env.session.variables
