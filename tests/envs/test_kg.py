@@ -388,7 +388,7 @@ def test_observation_lists_are_truncated_and_variables_numbered(graph: Knowledge
 def test_tool_errors_are_helpful(graph: KnowledgeGraph) -> None:
     s = ToolSession(graph)
     cases = {
-        "Action: get_relations(Frence)": "Florence, France, Fresnes? Use exact names",
+        "Action: get_relations(Frence)": "France, Fresno? Use exact names",
         "Action: get_neighbors(France, capital)": "relations: ['location.country.capital'",
         "Action: count(#3)": "does not exist (variables: none yet)",
         "Action: intersection(France, #0)": "is not a variable",

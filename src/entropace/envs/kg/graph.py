@@ -44,6 +44,9 @@ from entropace._cache import cache_dir
 #: Cities below this population are left out (capitals are always in); 15,000 keeps every city
 #: of ``cities15000.json``.
 MIN_CITY_POPULATION = 15_000
+#: Cities below this population (and no capital) get no fuzzy "did you mean" suggestion (an
+#: exact or prefix match still finds them).
+FUZZY_MIN_POPULATION = 100_000
 #: Obsolete GeoNames country entries (Serbia and Montenegro, Netherlands Antilles).
 OBSOLETE_COUNTRIES = frozenset({"CS", "AN"})
 #: Bump when the graph format or construction changes (invalidates the cache).
@@ -80,6 +83,7 @@ class KnowledgeGraph:
     _lower: dict[str, str] = field(default_factory=dict, repr=False)
     _folded: dict[str, str] = field(default_factory=dict, repr=False)
     _by_initial: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _fuzzy_by_initial: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _relations_of: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +98,15 @@ class KnowledgeGraph:
         for low in self._lower:
             by_initial[low[:1]].append(low)
         self._by_initial = dict(by_initial)
+        # fuzzy "did you mean" candidates: every entity but the cities under
+        # FUZZY_MIN_POPULATION that are no capital (keeps the search at ~7k names, < 50 ms)
+        capitals = self.edges.get("location.city.capital_of", {})
+        fuzzy: dict[str, list[str]] = defaultdict(list)
+        for name, kind in self.types.items():
+            pop = self.attrs.get(name, {}).get("population", 0)
+            if kind != "city" or name in capitals or pop >= FUZZY_MIN_POPULATION:
+                fuzzy[name.lower()[:1]].append(name.lower())
+        self._fuzzy_by_initial = dict(fuzzy)
         rels: dict[str, list[str]] = defaultdict(list)
         for relation in sorted(self.edges):
             for head in self.edges[relation]:
@@ -113,7 +126,8 @@ class KnowledgeGraph:
             return []
         pool = self._by_initial.get(low[:1], [])
         close = [c for c in pool if c.startswith(low)][:n]  # "euro" -> "Euro (EUR)"
-        for c in difflib.get_close_matches(low, pool, n=n, cutoff=0.6):
+        fuzzy = self._fuzzy_by_initial.get(low[:1], [])
+        for c in difflib.get_close_matches(low, fuzzy, n=n, cutoff=0.6):
             if len(close) < n and c not in close:
                 close.append(c)
         return [self._lower[c] for c in close]
