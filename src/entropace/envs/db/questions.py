@@ -175,8 +175,7 @@ def _try(
     if split is not None and not in_split(database, question, split):
         return None
     probe_sql = t.sql.format(**sql_args, k=k + 1)
-    with _LOCK:
-        rows = trusted_connection(database).execute(probe_sql).fetchmany(MAX_ANSWER_VALUES + 2)
+    rows = _probe(database, probe_sql)
     if not _usable(t, rows, k):
         return None
     gold = tuple(r[0] for r in rows[:k]) if t.kind == "top" else tuple(r[0] for r in rows)
@@ -218,6 +217,15 @@ def _try_write(
         gold_diff=diff,
         gold_digest=digest,
     )
+
+
+@functools.lru_cache(maxsize=8192)
+def _probe(database: str, sql: str) -> tuple[tuple, ...]:
+    """The first rows of a gold query (cached: templates with few parameters repeat them, and
+    some flights queries take 0.2 s)."""
+    with _LOCK:
+        rows = trusted_connection(database).execute(sql).fetchmany(MAX_ANSWER_VALUES + 2)
+    return tuple(rows)
 
 
 def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
