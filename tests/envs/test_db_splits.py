@@ -99,7 +99,7 @@ def test_held_out_split_needs_a_held_out_database() -> None:
     )
 
 
-@pytest.mark.slow  # 20,000 seeds a level run their gold SQL: ~1-2 min a level on a loaded 2-core machine
+@pytest.mark.slow  # 20,000 seeds a level run their gold SQL: 15-40 s a level (2 loaded cores)
 @pytest.mark.parametrize("difficulty", DIFFS)
 def test_at_least_2000_distinct_train_instances(difficulty: str) -> None:
     train = {_fingerprint(i) for i in _draw(difficulty, "train", 20_000)}
