@@ -125,3 +125,11 @@ def test_oracle_solves_every_split_and_interface(difficulty: str, split: str) ->
         ):
             tenv.reset(seed)
             assert run_episode(tenv, tool_oracle(oracle)(tenv), seed).success, (name, seed)
+
+
+def test_pool_counts() -> None:
+    from entropace.envs.db.questions import pool_counts
+
+    counts = pool_counts("medium")
+    assert counts["databases train/test"] == len(SOURCES) - len(UNSEEN_DATABASES) == 13
+    assert counts["databases test_unseen"] == 4 and counts["templates select"] >= 200

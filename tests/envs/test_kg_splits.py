@@ -113,3 +113,11 @@ def test_oracle_solves_every_split_and_interface(difficulty: str, split: str) ->
         ):
             env.reset(seed)
             assert run_episode(env, tool_oracle(oracle)(env), seed).success, (name, seed)
+
+
+def test_pool_counts_match_the_pools() -> None:
+    from entropace.envs.kg.splits import pool_counts
+
+    counts = pool_counts("easy")
+    assert counts["instances train"] == len(_fingerprints("easy", "train"))
+    assert counts["held-out templates"] == 1 and counts["held-out entities"] > 1000

@@ -291,6 +291,20 @@ def split_databases(databases: Sequence[str], split: Split) -> list[str]:
     return sorted(d for d in databases if (d in UNSEEN_DATABASES) == (split == "test_unseen"))
 
 
+def pool_counts(difficulty: str) -> dict[str, int]:
+    """Sizes of the content pools (``EnvSpec.pools`` / ``envs stats``): databases per side and
+    templates of each kind at ``difficulty`` (the instances are their parameter spaces)."""
+    from entropace.envs.db.build import SOURCES
+
+    out = {
+        "databases train/test": len(split_databases(SOURCES, "train")),
+        "databases test_unseen": len(split_databases(SOURCES, "test_unseen")),
+    }
+    for kind in KINDS:
+        out[f"templates {kind}"] = sum(len(_templates_of(d, difficulty, kind)) for d in SOURCES)
+    return out
+
+
 def _templates_of(database: str, difficulty: str, kind: str) -> tuple:
     if database in TABLE_SOURCES:
         if kind == "select":

@@ -95,3 +95,16 @@ def pool_sizes(difficulty: str) -> dict[str, dict[str, int]]:
         split: {t.__name__: len(pool(t, difficulty, split)) for t in TEMPLATES[difficulty]}
         for split in ("train", "test", "test_unseen")
     }
+
+
+def pool_counts(difficulty: str) -> dict[str, int]:
+    """Pool sizes per split and the held-out units (``EnvSpec.pools`` / ``envs stats``)."""
+    from entropace.envs.kg.graph import load_graph
+
+    sizes = pool_sizes(difficulty)
+    out = {f"instances {split}": sum(by.values()) for split, by in sizes.items()}
+    graph = load_graph()
+    out["held-out entities"] = sum(held_out_entity(e) for e in graph.types)
+    out["held-out templates"] = len(UNSEEN_TEMPLATES[difficulty])
+    out["templates"] = len(TEMPLATES[difficulty])
+    return out
