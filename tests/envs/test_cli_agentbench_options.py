@@ -33,7 +33,7 @@ def test_play_kg_hidden_members_and_final_answer(capsys, monkeypatch) -> None:
         capsys,
         monkeypatch,
     )
-    assert "variable #0, which are instances of city" in out and "Final Answer: #id" in out
+    assert "variable #0, which are instances of country" in out and "Final Answer: #id" in out
     assert "Correct. The episode is over." in out
     assert out.rstrip().endswith(f"reward=1 success=True turns={len(actions)}")
 

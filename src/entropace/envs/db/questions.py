@@ -15,6 +15,16 @@
    statements change at most :data:`MAX_GOLD_CHANGES` rows in all, and the final state of the
    touched tables differs from the original; the gold is that final state (its diff);
 5. otherwise try the next attempt (so the same seed always gives the same instance).
+
+Content splits (:mod:`entropace.envs.splits`): the seed's split (:func:`split_of`) decides
+the databases and instances it may draw. ``test_unseen`` draws only the held-out databases
+(:data:`UNSEEN_DATABASES`), ``train`` and ``test`` only the others; among those, an instance
+belongs to ``test`` when its key ``database + "\n" + question`` hashes into
+:data:`TEST_FRACTION` (salt ``"db/test"``), else to ``train``, and an attempt drawing an
+instance of the other side is rejected before any SQL runs. The first observation is a function
+of (database, question) and the gold of the question, so two instances share a fingerprint
+(first observation + gold) exactly when they share that key: no ``test`` or ``test_unseen``
+instance equals a ``train`` one.
 """
 
 from __future__ import annotations
@@ -26,16 +36,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from entropace.envs.db.build import database_path
+from entropace.envs.db.build import TABLE_SOURCES, database_path
+from entropace.envs.db.table_templates import table_templates, table_write_templates
 from entropace.envs.db.templates import Template, templates_for
 from entropace.envs.db.trusted import TRUSTED_LOCK as _LOCK
 from entropace.envs.db.trusted import _open_trusted, trusted_connection
 from entropace.envs.db.write_templates import WriteTemplate, write_templates_for
+from entropace.envs.splits import Split, SplitUnavailable, in_test_bucket, split_of
 
 #: Longest gold answer (number of values) an instance may have.
 MAX_ANSWER_VALUES = 10
-#: Attempts before giving up on a seed (never reached with the shipped templates).
-MAX_ATTEMPTS = 200
+#: Attempts before giving up on a seed (never reached with the shipped templates; a ``test``
+#: seed rejects about 9 in 10 draws before any SQL runs, so the budget is generous).
+MAX_ATTEMPTS = 5000
+#: Databases held out for ``test_unseen`` (never drawn by ``train`` or ``test`` seeds).
+UNSEEN_DATABASES: tuple[str, ...] = ("burtin", "la_riots", "penguins", "seattle_weather")
+#: Share of the seen databases' instances (by key) that form ``test``.
+TEST_FRACTION = 0.1
 #: Most rows the gold statements of a write instance may change in all.
 MAX_GOLD_CHANGES = 5000
 #: Task kinds, in the canonical order of the ``kinds`` option.
@@ -146,19 +163,22 @@ def _bind(
     return text_args, sql_args
 
 
-def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
+def _try(
+    database: str, t: Template, rng: random.Random, split: Split | None = None
+) -> Instance | None:
     bound = _bind(database, t.params, rng)
     if bound is None:
         return None
     text_args, sql_args = bound
     k = rng.choice(t.ks) if t.kind == "top" else 1
+    question = t.question.format(**text_args, k=k) + " " + _answer_instruction(t, k)
+    if split is not None and not in_split(database, question, split):
+        return None
     probe_sql = t.sql.format(**sql_args, k=k + 1)
-    with _LOCK:
-        rows = trusted_connection(database).execute(probe_sql).fetchmany(MAX_ANSWER_VALUES + 2)
+    rows = _probe(database, probe_sql)
     if not _usable(t, rows, k):
         return None
     gold = tuple(r[0] for r in rows[:k]) if t.kind == "top" else tuple(r[0] for r in rows)
-    question = t.question.format(**text_args, k=k) + " " + _answer_instruction(t, k)
     return Instance(
         database=database,
         template=t.name,
@@ -170,11 +190,15 @@ def _try(database: str, t: Template, rng: random.Random) -> Instance | None:
     )
 
 
-def _try_write(database: str, t: WriteTemplate, rng: random.Random) -> Instance | None:
+def _try_write(
+    database: str, t: WriteTemplate, rng: random.Random, split: Split | None = None
+) -> Instance | None:
     bound = _bind(database, t.params, rng)
     if bound is None:
         return None
     text_args, sql_args = bound
+    if split is not None and not in_split(database, t.question.format(**text_args), split):
+        return None
     statements = tuple(s.format(**sql_args) for s in t.statements)
     diff, digest = _gold(database, statements, t.tables)
     if not diff:
@@ -193,6 +217,15 @@ def _try_write(database: str, t: WriteTemplate, rng: random.Random) -> Instance 
         gold_diff=diff,
         gold_digest=digest,
     )
+
+
+@functools.lru_cache(maxsize=8192)
+def _probe(database: str, sql: str) -> tuple[tuple, ...]:
+    """The first rows of a gold query (cached: templates with few parameters repeat them, and
+    some flights queries take 0.2 s)."""
+    with _LOCK:
+        rows = trusted_connection(database).execute(sql).fetchmany(MAX_ANSWER_VALUES + 2)
+    return tuple(rows)
 
 
 def gold_diff(database: str, statements: tuple[str, ...], tables: tuple[str, ...]) -> tuple:
@@ -244,7 +277,39 @@ def parse_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in names)
 
 
+def in_split(database: str, question: str, split: Split) -> bool:
+    """Whether the instance (``database``, ``question``) belongs to ``split`` (module doc)."""
+    if database in UNSEEN_DATABASES:
+        return split == "test_unseen"
+    if split == "test_unseen":
+        return False
+    return in_test_bucket(f"{database}\n{question}", TEST_FRACTION, "db/test") == (split == "test")
+
+
+def split_databases(databases: Sequence[str], split: Split) -> list[str]:
+    """The databases of ``databases`` that ``split`` draws (sorted); may be empty."""
+    return sorted(d for d in databases if (d in UNSEEN_DATABASES) == (split == "test_unseen"))
+
+
+def pool_counts(difficulty: str) -> dict[str, int]:
+    """Sizes of the content pools (``EnvSpec.pools`` / ``envs stats``): databases per side and
+    templates of each kind at ``difficulty`` (the instances are their parameter spaces)."""
+    from entropace.envs.db.build import SOURCES
+
+    out = {
+        "databases train/test": len(split_databases(SOURCES, "train")),
+        "databases test_unseen": len(split_databases(SOURCES, "test_unseen")),
+    }
+    for kind in KINDS:
+        out[f"templates {kind}"] = sum(len(_templates_of(d, difficulty, kind)) for d in SOURCES)
+    return out
+
+
 def _templates_of(database: str, difficulty: str, kind: str) -> tuple:
+    if database in TABLE_SOURCES:
+        if kind == "select":
+            return table_templates(database, difficulty)
+        return table_write_templates(database, difficulty, kind)
     if kind == "select":
         return templates_for(database, difficulty)
     return write_templates_for(database, difficulty, kind)
@@ -261,23 +326,54 @@ def generate(
     ``kinds``: the task kinds to draw from (see :func:`parse_kinds`); the default gives the
     read-only instances exactly as before write tasks existed.
     """
-    dbs = sorted(databases)
+    split = split_of(seed)
     wanted = parse_kinds(kinds)
+    dbs = [
+        d
+        for d in split_databases(databases, split)
+        if any(_templates_of(d, difficulty, k) for k in wanted)
+    ]
+    if not dbs:
+        raise SplitUnavailable(
+            f"db: no database of {sorted(databases)} has {difficulty} templates of kinds "
+            f"{list(wanted)} in split {split!r} (held out for test_unseen: "
+            f"{list(UNSEEN_DATABASES)})"
+        )
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(f"db/{difficulty}/{seed}/{attempt}")
         database = rng.choice(dbs)
         avail = [k for k in wanted if _templates_of(database, difficulty, k)]
-        if not avail:
-            raise ValueError(f"no {difficulty} templates of kinds {wanted} for {database!r}")
         kind = avail[0] if len(avail) == 1 else rng.choice(avail)
         templates = _templates_of(database, difficulty, kind)
         if kind == "select":
-            inst = _try(database, rng.choice(templates), rng)
+            inst = _try(database, rng.choice(templates), rng, split)
         else:
-            inst = _try_write(database, rng.choice(templates), rng)
+            inst = _try_write(database, rng.choice(templates), rng, split)
         if inst is not None:
             return inst
     raise RuntimeError(f"db: no usable instance for seed {seed} after {MAX_ATTEMPTS} attempts")
+
+
+def table_columns(database: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The tables of ``database`` with their column names, in creation order."""
+    return _table_columns_at(str(database_path(database)))
+
+
+@cache
+def _table_columns_at(path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    with _LOCK:
+        conn = _open_trusted(path, os.getpid())
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                "'sqlite_%' ORDER BY rowid"
+            ).fetchall()
+        ]
+        return tuple(
+            (t, tuple(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")').fetchall()))
+            for t in tables
+        )
 
 
 def schema_text(database: str) -> str:
@@ -304,16 +400,16 @@ def _read_schema(path: str) -> str:
     for table in tables:
         fks = {
             row[3]: f"{row[2]}.{row[4]}"
-            for row in conn.execute(f"PRAGMA foreign_key_list({table})").fetchall()
+            for row in conn.execute(f'PRAGMA foreign_key_list("{table}")').fetchall()
         }
         cols = []
-        for _, name, ctype, _, _, pk in conn.execute(f"PRAGMA table_info({table})").fetchall():
+        for _, name, ctype, _, _, pk in conn.execute(f'PRAGMA table_info("{table}")').fetchall():
             col = f"{name} {ctype}"
             if pk:
                 col += " PK"
             if name in fks:
                 col += f" -> {fks[name]}"
             cols.append(col)
-        (n_rows,) = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
+        (n_rows,) = conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()
         lines.append(f"  {table}({', '.join(cols)})  [{n_rows} rows]")
     return "\n".join(lines)

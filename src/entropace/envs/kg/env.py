@@ -27,8 +27,10 @@ from typing import Any
 
 from entropace.envs.base import Policy, StepResult, action_too_long, check_difficulty
 from entropace.envs.kg.graph import load_graph
-from entropace.envs.kg.questions import TEMPLATES, Question, instances
+from entropace.envs.kg.questions import Question
+from entropace.envs.kg.splits import first_observation, pool, templates_of
 from entropace.envs.kg.tools import ToolSession
+from entropace.envs.splits import SplitUnavailable, split_of
 
 NAME = "kg"
 
@@ -156,23 +158,27 @@ class KGEnv:
         self.session: ToolSession | None = None
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        """Draw the instance of ``seed`` from its split's pool (:mod:`entropace.envs.kg.splits`):
+        a template uniformly among those with instances in the split, then one instance."""
+        split = split_of(seed)
+        templates = templates_of(self.difficulty, split)
+        if not templates:  # pragma: no cover - every split has instances at every difficulty
+            raise SplitUnavailable(f"kg: no {self.difficulty} instances in split {split!r}")
         rng = random.Random(seed)
-        template = rng.choice(TEMPLATES[self.difficulty])
-        self.question = rng.choice(instances(template))
+        template = rng.choice(templates)
+        self.question = rng.choice(pool(template, self.difficulty, split))
         self.session = ToolSession(self.graph, hide_members=self.hide_members)
         q = self.question
-        obs = f"Question: {q.text}\nEntities: [{', '.join(q.entities)}]"
         info = {
             "task": NAME,
             "seed": seed,
+            "split": split,
             "difficulty": self.difficulty,
             "gold": q.gold_text,
             "template": q.template,
             "hops": q.hops,
         }
-        return obs, info
+        return first_observation(q), info
 
     def step(self, action: str) -> StepResult:
         if self.session is None or self.question is None:
@@ -181,7 +187,36 @@ class KGEnv:
         if too_long is not None:
             return too_long, 0.0, False, False, _info(parse_error=True)
         final = self._final_answer(action) if self.final_answer else None
-        out = self.session.answer(f"#{final}") if final is not None else self.session.run(action)
+        if final is not None:
+            return self.final(variable_index(final))
+        return self._score(self.session.run(action))
+
+    def final(self, index: int) -> StepResult:
+        """AgentBench's ``Final Answer: #index``: answer with variable ``#index``.
+
+        As AgentBench FC (``src/server/tasks/knowledgegraph/task.py`` lines 109-126 at commit
+        578c5e9: ``variables_list[var_idx]`` raises ``IndexError``, the sample ends as
+        ``AGENT_VALIDATION_FAILED``), an index with no variable ends the episode, reward 0;
+        ``info["invalid_answer"]`` is True then.
+        """
+        if self.session is None or self.question is None:
+            raise RuntimeError("kg: step() called before reset()")
+        if not 0 <= index < len(self.session.variables):
+            info = _info()
+            info["invalid_answer"] = True
+            have = len(self.session.variables)
+            return (
+                f"Variable #{index} does not exist ({have} variable{'s' if have != 1 else ''}). "
+                "The episode is over.",
+                0.0,
+                True,
+                False,
+                info,
+            )
+        return self._score(self.session.answer(f"#{index}"))
+
+    def _score(self, out: Any) -> StepResult:
+        """The step result of a tool outcome: the observation, or the verdict of an answer."""
         if not out.answered:
             return out.observation, 0.0, False, False, _info(parse_error=out.parse_error)
         q = self.question
@@ -210,6 +245,13 @@ class KGEnv:
         text = action.split("Observation:", 1)[0].replace("\\_", "_")
         match = FINAL_ANSWER.search(text)
         return None if match is None else (match.group(1).lstrip("0") or "0")
+
+
+def variable_index(digits: str) -> int:
+    """The variable id of ``Final Answer: #<digits>`` as AgentBench's ``int(...)`` reads it;
+    more than 9 digits (no such variable, and past Python's int-parsing limit) gives -1."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 9 else -1
 
 
 def _info(*, success: bool = False, parse_error: bool = False, f1: float = 0.0) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from entropace.envs.base import StepResult
+from entropace.envs.kg.env import variable_index
 from entropace.envs.kg.tools import parse_action
 from entropace.envs.tools import (
     MessageStyle,
@@ -149,8 +150,8 @@ def _no_call(env: Any, reply: str) -> StepResult | None:
     match = _FINAL.search(text)
     if match is None:
         return None
-    obs, reward, terminated, truncated, info = env.step(f"Action: answer(#{int(match.group(1))})")
-    return obs, reward, terminated, truncated, info
+    # a variable that does not exist ends the episode (KGEnv.final; AgentBench FC's IndexError)
+    return env.final(variable_index(match.group(1)))
 
 
 def to_call(action: str) -> ToolCall | str:
@@ -163,13 +164,27 @@ def to_call(action: str) -> ToolCall | str:
     return ToolCall(call.tool, dict(zip(PARAM_ORDER[call.tool], call.args)))
 
 
-#: AgentBench FC's wording (knowledgegraph/api.py prefixes every result with "Observation: ";
-#: task.py's message after a reply with neither a call nor a final answer).
+def _agentbench_result(env: Any, call: ToolCall, obs: str) -> str:
+    """AgentBench FC's tool message: ``Observation: ...`` for a result (``knowledgegraph/api.py``
+    returns ``"Observation: ..."`` from every tool, e.g. line 106), ``Error processing tool call:
+    ...`` for a call that failed (``knowledgegraph/task.py`` line 193, commit 578c5e9)."""
+    session = getattr(env, "session", None)
+    if session is not None and not session.last_ok:
+        return f"Error processing tool call: {obs}"
+    return obs if obs.startswith("Observation:") else f"Observation: {obs}"
+
+
+#: AgentBench FC's wording: results and errors as above; the first message is
+#: ``f'{question}\nEntities: [...]'`` without our ``Question:`` prefix (task.py line 93); the
+#: message after a reply with neither a call nor a final answer (task.py line 135).
 AGENTBENCH_STYLE = MessageStyle(
-    result=lambda env, call, obs: obs if obs.startswith("Observation:") else f"Observation: {obs}",
+    first=lambda env, obs: obs.removeprefix("Question: "),
+    result=_agentbench_result,
     no_call=lambda env: "No valid function calls found! Need to recheck the function calls.",
 )
 
+#: The default tools interface keeps one call per turn (``"strict"``); the ``agentbench``
+#: profile runs every call of a reply in order (``calls_per_reply="all"``, task.py line 140).
 SUITE = ToolSuite(
     tools=TOOLS,
     system_prompt=_system_prompt,

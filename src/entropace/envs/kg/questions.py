@@ -21,6 +21,13 @@ NB = "location.country.neighbours"
 CITIES = "location.country.cities"
 CONT = "location.continent.countries"
 CUR = "finance.currency.countries"
+CITY_COUNTRY = "location.city.country"
+COUNTRY_CONT = "location.country.continent"
+COUNTRY_CUR = "location.country.currency"
+CITY_TZ = "location.city.time_zone"
+TZ_CITIES = "location.time_zone.cities"
+COUNTRY_TZ = "location.country.time_zones"
+STATE_CITIES = "location.state.cities"
 POP = "population"
 THRESHOLDS = (500_000, 1_000_000, 2_000_000, 5_000_000)
 
@@ -117,7 +124,93 @@ def count_countries(g: KnowledgeGraph) -> Iterator[Question]:
         yield Question("count_countries", text, (cont,), None, n, plan)
 
 
+def city_country(g: KnowledgeGraph) -> Iterator[Question]:
+    for x in _of(g, "city"):
+        for c in g.neighbors(x, CITY_COUNTRY):
+            plan = (_act("get_neighbors", x, CITY_COUNTRY), _act("answer", "#0"))
+            text = f"In which country is the city {x}?"
+            yield Question("city_country", text, (x,), _ents(c), None, plan)
+
+
+def city_time_zone(g: KnowledgeGraph) -> Iterator[Question]:
+    for x in _of(g, "city"):
+        zones = g.neighbors(x, CITY_TZ)
+        if zones:
+            plan = (_act("get_neighbors", x, CITY_TZ), _act("answer", "#0"))
+            text = f"Which time zone is the city {x} in?"
+            yield Question("city_time_zone", text, (x,), _ents(*zones), None, plan)
+
+
+def country_time_zones(g: KnowledgeGraph) -> Iterator[Question]:
+    for c in _of(g, "country"):
+        zones = g.neighbors(c, COUNTRY_TZ)
+        if 0 < len(zones) <= 10:
+            plan = (_act("get_neighbors", c, COUNTRY_TZ), _act("answer", "#0"))
+            text = f"Which time zones do the cities of {c} use?"
+            yield Question("country_time_zones", text, (c,), _ents(*zones), None, plan)
+
+
 # ---------------------------------------------------------------------------- medium
+
+
+def _city_country_then(
+    g: KnowledgeGraph, name: str, relation: str, text: str
+) -> Iterator[Question]:
+    """city -> its country -> ``relation``: two calls (``text`` has a ``{city}`` field)."""
+    for x in _of(g, "city"):
+        for c in g.neighbors(x, CITY_COUNTRY):
+            gold = g.neighbors(c, relation)
+            if gold:
+                plan = (
+                    _act("get_neighbors", x, CITY_COUNTRY),
+                    _act("get_neighbors", "#0", relation),
+                    _act("answer", "#1"),
+                )
+                yield Question(name, text.format(city=x), (x,), _ents(*gold), None, plan)
+
+
+def city_continent(g: KnowledgeGraph) -> Iterator[Question]:
+    yield from _city_country_then(
+        g, "city_continent", COUNTRY_CONT, "On which continent is the city {city}?"
+    )
+
+
+def city_capital(g: KnowledgeGraph) -> Iterator[Question]:
+    yield from _city_country_then(
+        g, "city_capital", CAP, "What is the capital of the country where the city {city} is?"
+    )
+
+
+def city_currency(g: KnowledgeGraph) -> Iterator[Question]:
+    yield from _city_country_then(
+        g, "city_currency", COUNTRY_CUR, "Which currency is used in the country of the city {city}?"
+    )
+
+
+def largest_city_of_state(g: KnowledgeGraph) -> Iterator[Question]:
+    for st in _of(g, "state"):
+        top = _unique_extreme(g, g.neighbors(st, STATE_CITIES), largest=True)
+        if top is not None:
+            plan = (
+                _act("get_neighbors", st, STATE_CITIES),
+                _act("argmax", "#0", POP),
+                _act("answer", "#1"),
+            )
+            text = f"Which is the most populous city of the US state {st}?"
+            yield Question("largest_city_of_state", text, (st,), _ents(top), None, plan)
+
+
+def largest_city_of_time_zone(g: KnowledgeGraph) -> Iterator[Question]:
+    for tz in _of(g, "time_zone"):
+        top = _unique_extreme(g, g.neighbors(tz, TZ_CITIES), largest=True)
+        if top is not None:
+            plan = (
+                _act("get_neighbors", tz, TZ_CITIES),
+                _act("argmax", "#0", POP),
+                _act("answer", "#1"),
+            )
+            text = f"Which is the most populous city in the time zone {tz}?"
+            yield Question("largest_city_of_time_zone", text, (tz,), _ents(top), None, plan)
 
 
 def _border_currency_pairs(g: KnowledgeGraph) -> Iterator[tuple[str, str, list[str]]]:
@@ -171,6 +264,71 @@ def count_borders(g: KnowledgeGraph) -> Iterator[Question]:
 
 
 # ---------------------------------------------------------------------------- hard
+
+
+def city_neighbour_count(g: KnowledgeGraph) -> Iterator[Question]:
+    for x in _of(g, "city"):
+        for c in g.neighbors(x, CITY_COUNTRY):
+            nb = g.neighbors(c, NB)
+            if nb:
+                plan = (
+                    _act("get_neighbors", x, CITY_COUNTRY),
+                    _act("get_neighbors", "#0", NB),
+                    _act("count", "#1"),
+                    _act("answer", "#2"),
+                )
+                text = f"How many countries border the country where the city {x} is?"
+                yield Question("city_neighbour_count", text, (x,), None, len(nb), plan)
+
+
+def city_most_populous_neighbour(g: KnowledgeGraph) -> Iterator[Question]:
+    for x in _of(g, "city"):
+        for c in g.neighbors(x, CITY_COUNTRY):
+            top = _unique_extreme(g, g.neighbors(c, NB), largest=True)
+            if top is not None:
+                plan = (
+                    _act("get_neighbors", x, CITY_COUNTRY),
+                    _act("get_neighbors", "#0", NB),
+                    _act("argmax", "#1", POP),
+                    _act("answer", "#2"),
+                )
+                text = (
+                    f"Which country bordering the country of the city {x} has the largest "
+                    "population?"
+                )
+                yield Question("city_most_populous_neighbour", text, (x,), _ents(top), None, plan)
+
+
+def count_big_cities_of_time_zone(g: KnowledgeGraph) -> Iterator[Question]:
+    for tz in _of(g, "time_zone"):
+        cities = g.neighbors(tz, TZ_CITIES)
+        for n in (50_000, 100_000, 250_000, 1_000_000):
+            big = [x for x in cities if g.attrs[x].get(POP, -1) > n]
+            if big:
+                plan = (
+                    _act("get_neighbors", tz, TZ_CITIES),
+                    _act("filter", "#0", POP, ">", n),
+                    _act("count", "#1"),
+                    _act("answer", "#2"),
+                )
+                text = f"How many cities with a population over {n:,} are in the time zone {tz}?"
+                yield Question("count_big_cities_of_time_zone", text, (tz,), None, len(big), plan)
+
+
+def count_big_cities_of_state(g: KnowledgeGraph) -> Iterator[Question]:
+    for st in _of(g, "state"):
+        cities = g.neighbors(st, STATE_CITIES)
+        for n in (20_000, 50_000, 100_000, 250_000, 500_000):
+            big = [x for x in cities if g.attrs[x].get(POP, -1) > n]
+            if big:
+                plan = (
+                    _act("get_neighbors", st, STATE_CITIES),
+                    _act("filter", "#0", POP, ">", n),
+                    _act("count", "#1"),
+                    _act("answer", "#2"),
+                )
+                text = f"How many cities with a population over {n:,} are in the US state {st}?"
+                yield Question("count_big_cities_of_state", text, (st,), None, len(big), plan)
 
 
 def capital_of_most_populous_neighbour(g: KnowledgeGraph) -> Iterator[Question]:
@@ -280,11 +438,34 @@ def largest_city_of_neighbours(g: KnowledgeGraph) -> Iterator[Question]:
 
 Template = Callable[[KnowledgeGraph], Iterator[Question]]
 
-#: difficulty -> templates. A seed picks a template uniformly, then one of its instances.
+#: difficulty -> templates. A seed picks a template uniformly among those with instances in its
+#: split (:mod:`entropace.envs.kg.splits`), then one of that split's instances.
 TEMPLATES: dict[str, tuple[Template, ...]] = {
-    "easy": (capital, borders, currency_users, count_countries),
-    "medium": (border_currency, most_populous_neighbour, largest_city, count_borders),
+    "easy": (
+        capital,
+        borders,
+        currency_users,
+        count_countries,
+        city_country,
+        city_time_zone,
+        country_time_zones,
+    ),
+    "medium": (
+        border_currency,
+        most_populous_neighbour,
+        largest_city,
+        count_borders,
+        city_continent,
+        city_capital,
+        city_currency,
+        largest_city_of_state,
+        largest_city_of_time_zone,
+    ),
     "hard": (
+        city_neighbour_count,
+        city_most_populous_neighbour,
+        count_big_cities_of_time_zone,
+        count_big_cities_of_state,
         capital_of_most_populous_neighbour,
         count_big_cities,
         count_big_cities_of_neighbours,

@@ -23,8 +23,11 @@ Every call that returns entities (or a number) stores it in the next variable ``
 and the observation says so, with a truncated list of members. With ``hide_members`` (the
 ``kg`` option of that name) the observation is AgentBench-KG's instead: ``variable #k, which are
 instances of T`` or ``variable #k, which is a number`` only (no members, no count, no value:
-AgentBench ``src/server/tasks/knowledgegraph/api.py``, ``get_neighbors``/``count``), and
-``get_attributes`` lists attribute names only.
+AgentBench ``src/server/tasks/knowledgegraph/api.py``, ``get_neighbors``/``count``, lines 106 and
+144 at commit 578c5e9), and ``get_relations`` / ``get_attributes`` give the bare list
+``[a, b, ...]`` (api.py lines 86 and 173; attribute names only). :attr:`ToolSession.last_ok`
+tells whether the last call succeeded (AgentBench words a failed call
+``Error processing tool call: ...``, ``knowledgegraph/task.py`` line 193).
 """
 
 from __future__ import annotations
@@ -139,6 +142,8 @@ class Outcome:
     answered: bool = False
     answer_entities: frozenset[str] | None = None
     answer_number: float | None = None
+    #: the call did what it asked (a listing, a new variable or an answer), not an error
+    ok: bool = False
 
 
 @dataclass
@@ -149,6 +154,8 @@ class ToolSession:
     variables: list[Variable] = field(default_factory=list)
     #: AgentBench's observations: a new variable's type only, never its members or value.
     hide_members: bool = False
+    #: whether the last :meth:`run` succeeded (False after an error message)
+    last_ok: bool = False
 
     # ------------------------------------------------------------------ helpers
     def _store(self, var: Variable, what: str) -> str:
@@ -216,7 +223,9 @@ class ToolSession:
         if isinstance(ents, str):
             return Outcome(ents)
         rels = sorted({r for e in ents for r in self.graph.relations(e)})
-        return Outcome(f"Relations of {_label(x, ents)}: [{', '.join(rels)}]")
+        if self.hide_members:
+            return Outcome(f"[{', '.join(rels)}]", ok=True)
+        return Outcome(f"Relations of {_label(x, ents)}: [{', '.join(rels)}]", ok=True)
 
     def get_neighbors(self, x: str, relation: str) -> Outcome:
         ents = self._entities(x)
@@ -232,7 +241,8 @@ class ToolSession:
         if not out:
             return Outcome(f"get_neighbors({x}, {rel}) is empty; no variable was created.")
         return Outcome(
-            self._store(Variable(tuple(out)), f"Neighbors of {_label(x, ents)} via {rel}.")
+            self._store(Variable(tuple(out)), f"Neighbors of {_label(x, ents)} via {rel}."),
+            ok=True,
         )
 
     def intersection(self, a: str, b: str) -> Outcome:
@@ -246,7 +256,7 @@ class ToolSession:
         out = sorted(set(va.entities) & set(vb.entities))
         if not out:
             return Outcome(f"The intersection of {a} and {b} is empty; no variable was created.")
-        return Outcome(self._store(Variable(tuple(out)), f"Intersection of {a} and {b}."))
+        return Outcome(self._store(Variable(tuple(out)), f"Intersection of {a} and {b}."), ok=True)
 
     def get_attributes(self, x: str) -> Outcome:
         ents = self._entities(x)
@@ -258,9 +268,11 @@ class ToolSession:
                 + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.graph.attrs[e].items()))
                 for e in ents
             ]
-            return Outcome("Attributes of " + "; ".join(parts))
+            return Outcome("Attributes of " + "; ".join(parts), ok=True)
         names = sorted({a for e in ents for a in self.graph.attrs[e]})
-        return Outcome(f"Attributes of {_label(x, ents)}: [{', '.join(names)}]")
+        if self.hide_members:
+            return Outcome(f"[{', '.join(names)}]", ok=True)
+        return Outcome(f"Attributes of {_label(x, ents)}: [{', '.join(names)}]", ok=True)
 
     def _extreme(self, a: str, attribute: str, largest: bool) -> Outcome:
         var = self._variable(a)
@@ -271,7 +283,7 @@ class ToolSession:
             return Outcome(values)
         pick = (max if largest else min)(sorted(values), key=values.__getitem__)
         what = f"{'argmax' if largest else 'argmin'} of {a} by {attribute.strip().lower()}."
-        return Outcome(self._store(Variable((pick,)), what))
+        return Outcome(self._store(Variable((pick,)), what), ok=True)
 
     def argmax(self, a: str, attribute: str) -> Outcome:
         return self._extreme(a, attribute, largest=True)
@@ -297,13 +309,13 @@ class ToolSession:
             return Outcome(
                 f"No member of {a} has {attribute.strip()} {op.strip()} {value}; no variable was created."
             )
-        return Outcome(self._store(Variable(tuple(out)), f"Filter of {a}."))
+        return Outcome(self._store(Variable(tuple(out)), f"Filter of {a}."), ok=True)
 
     def count(self, a: str) -> Outcome:
         var = self._variable(a)
         if isinstance(var, str) or var.number is not None:
             return Outcome(var if isinstance(var, str) else f"{a} is already a number.")
-        return Outcome(self._store(Variable(number=len(var.entities)), f"Count of {a}."))
+        return Outcome(self._store(Variable(number=len(var.entities)), f"Count of {a}."), ok=True)
 
     def answer(self, x: str) -> Outcome:
         if x.startswith("#"):
@@ -311,21 +323,23 @@ class ToolSession:
             if isinstance(var, str):
                 return Outcome(var)
             if var.number is not None:
-                return Outcome("", answered=True, answer_number=var.number)
-            return Outcome("", answered=True, answer_entities=frozenset(var.entities))
+                return Outcome("", answered=True, answer_number=var.number, ok=True)
+            return Outcome("", answered=True, answer_entities=frozenset(var.entities), ok=True)
         number = parse_number(x)
         if number is not None:
-            return Outcome("", answered=True, answer_number=number)
+            return Outcome("", answered=True, answer_number=number, ok=True)
         entity = self.graph.lookup(x)
-        return Outcome("", answered=True, answer_entities=frozenset({entity or x}))
+        return Outcome("", answered=True, answer_entities=frozenset({entity or x}), ok=True)
 
     # ------------------------------------------------------------------ dispatch
     def run(self, action: str) -> Outcome:
         """Parse and execute one action (never raises)."""
         call = parse_action(action)
         if isinstance(call, str):
+            self.last_ok = False
             return Outcome(call, parse_error=True)
         out: Outcome = getattr(self, call.tool)(*call.args)
+        self.last_ok = out.ok
         if len(out.observation) > MAX_OBSERVATION:
             out.observation = out.observation[:MAX_OBSERVATION] + " ... [truncated]"
         return out
