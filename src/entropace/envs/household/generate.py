@@ -257,12 +257,30 @@ def candidates(difficulty: str, task_type: str) -> dict[int, tuple[tuple[str, st
     return out
 
 
-def generate(seed: int, difficulty: str) -> Instance:
-    """Instance ``seed`` of ``difficulty``: same arguments, same instance (``random.Random``)."""
+def generate(
+    seed: int,
+    difficulty: str,
+    *,
+    attempt: int = 0,
+    scenes: Callable[[int], bool] | None = None,
+    task_types: tuple[str, ...] | None = None,
+) -> Instance:
+    """Instance ``seed`` of ``difficulty``: same arguments, same instance (``random.Random``).
+
+    ``attempt`` selects another random stream of the same seed (0: the historical one; the
+    content splits, :mod:`.splits`, draw again until the instance lies in the seed's split);
+    ``scenes`` restricts the floor plans drawn (a predicate on the floor-plan number);
+    ``task_types`` overrides the level's task types (the ``agentbench`` profile's six).
+    """
     level = LEVELS[difficulty]
-    rng = random.Random(f"household/{difficulty}/{seed}")
-    task_type = rng.choice(level.task_types)
+    stream = f"household/{difficulty}/{seed}" + (f"/{attempt}" if attempt else "")
+    rng = random.Random(stream)
+    task_type = rng.choice(task_types or level.task_types)
     options = candidates(difficulty, task_type)  # uniform over floor plans, then over pairs
+    if scenes is not None:
+        options = {sid: pairs for sid, pairs in options.items() if scenes(sid)}
+    if not options:
+        raise ValueError(f"household: no floor plan for {task_type} at {difficulty}")
     scene_id = rng.choice(sorted(options))
     obj_type, target = rng.choice(options[scene_id])
     t = tables()
