@@ -30,6 +30,12 @@ class EnvSpec:
         data_source: where the family's data comes from.
         license: the licence(s) of that data.
         requires: pip packages the family needs (named in the error when missing).
+        splits: the splits whose seeds draw content-disjoint instances
+            (:mod:`entropace.envs.splits`): ``("train", "test")`` by default; a family with
+            held-out units adds ``"test_unseen"``. ``entropace eval`` reports the others as
+            n/a.
+        pools: ``pools(difficulty) -> {name: size}``: the sizes of the family's content pools
+            and held-out units (``entropace envs stats``); None: not reported.
     """
 
     name: str
@@ -40,6 +46,15 @@ class EnvSpec:
     data_source: str = "generated"
     license: str = "n/a"
     requires: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ("train", "test")
+    pools: Callable[[str], dict[str, int]] | None = None
+
+
+def has_split(name: str, split: str) -> bool:
+    """Whether family ``name`` offers ``split`` (:attr:`EnvSpec.splits`)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    return split in spec(name).splits
 
 
 _REGISTRY: dict[str, EnvSpec] = {}

@@ -15,10 +15,16 @@ The four held-out plans cover every (difficulty, task type) pair (a test checks 
 
 from __future__ import annotations
 
-from entropace.envs.household.generate import Instance, generate
+from entropace.envs.household.generate import LEVELS, Instance, candidates, generate
 from entropace.envs.splits import draw_in_split, fingerprint, split_of
 
-__all__ = ["UNSEEN_SCENES", "first_observation", "instance_fingerprint", "split_instance"]
+__all__ = [
+    "UNSEEN_SCENES",
+    "first_observation",
+    "instance_fingerprint",
+    "pools",
+    "split_instance",
+]
 
 #: ALFRED's valid_unseen floor plans (kitchen, living room, bedroom, bathroom).
 UNSEEN_SCENES: frozenset[int] = frozenset({10, 219, 308, 424})
@@ -51,7 +57,15 @@ def split_instance(
             task_types=task_types,
         )
 
-    instance, _ = draw_in_split(
-        seed, build, instance_fingerprint, salt=f"household/{difficulty}"
-    )
+    instance, _ = draw_in_split(seed, build, instance_fingerprint, salt=f"household/{difficulty}")
     return instance
+
+
+def pools(difficulty: str) -> dict[str, int]:
+    """Floor plans drawable at ``difficulty`` (train/test and held out) and its task types."""
+    plans = {sid for tt in LEVELS[difficulty].task_types for sid in candidates(difficulty, tt)}
+    return {
+        "task types": len(LEVELS[difficulty].task_types),
+        "floor plans (train, test)": len(plans - UNSEEN_SCENES),
+        "floor plans (test_unseen)": len(plans & UNSEEN_SCENES),
+    }

@@ -326,7 +326,10 @@ class ShopEnv:
             texts = ["WebShop", *texts, "Search"]
         elif page.kind == "results":
             n_pages = max(1, math.ceil(len(page.results) / RESULTS_PER_PAGE))
-            texts += ["Back to Search", f"Page {page.page + 1} (Total results: {len(page.results)})"]
+            texts += [
+                "Back to Search",
+                f"Page {page.page + 1} (Total results: {len(page.results)})",
+            ]
             if page.page > 0:
                 texts.append("< Prev")
             if page.page + 1 < n_pages:

@@ -12,16 +12,14 @@
 
 from __future__ import annotations
 
-from entropace.envs.shop.catalogue import Product
+from entropace.envs.shop.catalogue import CATEGORIES, Product, build_catalogue
 from entropace.envs.shop.env import Goal, make_goal
 from entropace.envs.splits import draw_in_split, fingerprint, split_of
 
-__all__ = ["UNSEEN_CATEGORIES", "goal_fingerprint", "split_goal", "target_pool"]
+__all__ = ["UNSEEN_CATEGORIES", "goal_fingerprint", "pools", "split_goal", "target_pool"]
 
 #: Categories whose products are targets only in ``test_unseen``.
-UNSEEN_CATEGORIES: frozenset[str] = frozenset(
-    {"dog food", "desk lamps", "tea", "smart watches"}
-)
+UNSEEN_CATEGORIES: frozenset[str] = frozenset({"dog food", "desk lamps", "tea", "smart watches"})
 
 
 def goal_fingerprint(goal: Goal) -> str:
@@ -62,3 +60,16 @@ def split_goal(products: tuple[Product, ...], seed: int, difficulty: str) -> Goa
         salt=f"shop/{difficulty}",
     )
     return goal
+
+
+def pools(difficulty: str) -> dict[str, int]:
+    """Catalogue size and the target products / categories of each side."""
+    del difficulty  # the catalogue and the held-out categories do not depend on it
+    products = build_catalogue()
+    return {
+        "products": len(products),
+        "categories (train, test)": len(CATEGORIES) - len(UNSEEN_CATEGORIES),
+        "categories (test_unseen)": len(UNSEEN_CATEGORIES),
+        "target products (train, test)": len(target_pool(products, False)),
+        "target products (test_unseen)": len(target_pool(products, True)),
+    }
