@@ -269,18 +269,23 @@ def generate(
 
     ``attempt`` selects another random stream of the same seed (0: the historical one; the
     content splits, :mod:`.splits`, draw again until the instance lies in the seed's split);
-    ``scenes`` restricts the floor plans drawn (a predicate on the floor-plan number);
-    ``task_types`` overrides the level's task types (the ``agentbench`` profile's six).
+    ``scenes`` restricts the floor plans drawn (a predicate on the floor-plan number; task
+    types no allowed plan offers at ``difficulty`` are dropped: ALFRED's four unseen plans
+    offer heat / cool tasks only from medium on); ``task_types`` overrides the level's task
+    types (the ``agentbench`` profile's six).
     """
     level = LEVELS[difficulty]
     stream = f"household/{difficulty}/{seed}" + (f"/{attempt}" if attempt else "")
     rng = random.Random(stream)
-    task_type = rng.choice(task_types or level.task_types)
+    types = task_types or level.task_types
+    if scenes is not None:  # only the task types that some allowed floor plan offers
+        types = tuple(tt for tt in types if any(map(scenes, candidates(difficulty, tt))))
+    if not types:
+        raise ValueError(f"household: no allowed floor plan offers a task at {difficulty}")
+    task_type = rng.choice(types)
     options = candidates(difficulty, task_type)  # uniform over floor plans, then over pairs
     if scenes is not None:
         options = {sid: pairs for sid, pairs in options.items() if scenes(sid)}
-    if not options:
-        raise ValueError(f"household: no floor plan for {task_type} at {difficulty}")
     scene_id = rng.choice(sorted(options))
     obj_type, target = rng.choice(options[scene_id])
     t = tables()
