@@ -17,12 +17,12 @@ function-calling release, commit 578c5e9) runs the corresponding task:
   tool_calls:``, ``src/server/tasks/dbbench/task.py`` line 133, ``knowledgegraph/task.py``
   line 140); os, household and shop run the first and ignore the rest (``tool_call =
   tool_calls[0]``: ``os_interaction/task.py`` line 569, ``webshop/task.py`` line 99,
-  ``alfworld/task.py`` line 147);
+  ``alfworld/task.py`` line 166);
 * the task mix (:attr:`ProfileSettings.difficulty_mix`): where AgentBench's test set spans
   easy and hard instances (os, household, shop), a profile env built without a
   ``difficulty`` draws each seed's difficulty from the mix (:class:`MixedDifficulty`);
-  household draws ALFWorld's six task types (``task_types="all"``: AgentBench's ALFWorld test
-  covers all six); db draws kinds without DELETE (AgentBench's test set has none);
+  household draws ALFWorld's six task types (``task_types="all"``: AgentBench's ALFWorld
+  task scores all six, ``alfworld/task.py`` lines 65-72); db draws kinds without DELETE (AgentBench's test set has none);
 * rewards: 1 / 0 per episode and 0 at the turn limit or after invalid calls. AgentBench FC's
   task code injects ``RewardHistoryItem(reward=0)`` on ``TASK_LIMIT_REACHED`` and on errors
   (e.g. ``src/server/tasks/dbbench/task.py``, ``os_interaction/task.py``); an abnormal end is
@@ -107,7 +107,7 @@ AGENTBENCH: dict[str, ProfileSettings] = {
         source="configs/tasks/alfworld.yaml (max_step 20); alfworld/task.py: ' AVAILABLE "
         "ACTIONS: ...' after every observation, process_action maps to the nearest "
         "admissible command, three identical actions fail the episode, the first call of a "
-        "reply runs (line 147); the test games cover ALFWorld's six task types",
+        "reply runs (line 166); the test games cover ALFWorld's six task types",
         calls_per_reply="first",
         difficulty_mix={"easy": 1.0, "medium": 1.0, "hard": 1.0},
     ),
