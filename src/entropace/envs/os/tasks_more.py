@@ -14,7 +14,7 @@ medium       ``max_amount`` (largest amount of a    ``user_requests`` (a user's 
              CSV)                                   lines), ``delete_rotated`` (goal: remove
                                                     the non-``.log`` files under ``logs/``)
 hard         ``top_region`` (region with the        ``error_components`` (distinct components
-             largest total over all CSVs)           of ERROR lines), ``merge_tables`` (goal:
+             largest total over all CSVs)           with lines of a level), ``merge_tables`` (goal:
                                                     all CSV rows, one header, sorted by id)
 ============ ===================================== =========================================
 """
@@ -185,14 +185,16 @@ def top_region(rng: random.Random, tree: Tree) -> Task:
 
 @_task
 def error_components(rng: random.Random, tree: Tree) -> Task:
-    del rng
-    gold = len({ln.component for log in tree.logs.values() for ln in log if ln.level == "ERROR"})
+    level = rng.choice(("ERROR", "WARN", "INFO"))
+    name = rng.choice(["*.log", *sorted(tree.logs)])  # all logs, or one of them
+    logs = tree.logs.values() if name == "*.log" else [tree.logs[name]]
+    gold = len({ln.component for log in logs for ln in log if ln.level == level})
+    where = "the files matching logs/*.log" if name == "*.log" else f"logs/{name}"
     prompt = (
         "Log lines look like `YYYY-MM-DD HH:MM:SS LEVEL component: message`. How many "
-        "distinct components have at least one ERROR line in the files matching logs/*.log? "
-        "Answer with a number."
+        f"distinct components have at least one {level} line in {where}? Answer with a number."
     )
-    cmd = "grep -h ' ERROR ' logs/*.log | cut -d' ' -f4 | sort -u | wc -l"
+    cmd = f"grep -h ' {level} ' logs/{name} | cut -d' ' -f4 | sort -u | wc -l"
     return Task("error_components", prompt, str(gold), (cmd,))
 
 
@@ -215,4 +217,4 @@ def merge_tables(rng: random.Random, tree: Tree) -> Task:
         return ok, "ok" if ok else "all.csv does not hold the sorted rows under one header"
 
     cmd = "{ echo id,region,product,amount; tail -q -n +2 data/*.csv | sort -t, -k1,1n; } > all.csv"
-    return Task("merge_tables", prompt, f"all.csv with {len(rows)} rows", (cmd,), check)
+    return Task("merge_tables", prompt, expected.decode(), (cmd,), check)
