@@ -48,14 +48,15 @@ def split_instance(
     """The instance of ``seed`` in its split (:func:`~entropace.envs.splits.split_of`)."""
     unseen = split_of(seed) == "test_unseen"
 
+    def allowed(sid: int) -> bool:
+        return (sid in UNSEEN_SCENES) == unseen
+
     def build(attempt: int) -> Instance:
-        return generate(
-            seed,
-            difficulty,
-            attempt=attempt,
-            scenes=(lambda sid: (sid in UNSEEN_SCENES) == unseen),
-            task_types=task_types,
-        )
+        if not unseen:  # the historical draw, kept when its plan is not held out
+            instance = generate(seed, difficulty, attempt=attempt, task_types=task_types)
+            if allowed(instance.scene):
+                return instance
+        return generate(seed, difficulty, attempt=attempt, scenes=allowed, task_types=task_types)
 
     instance, _ = draw_in_split(seed, build, instance_fingerprint, salt=f"household/{difficulty}")
     return instance
