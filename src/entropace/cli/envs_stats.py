@@ -34,7 +34,8 @@ def _fingerprints(env: Any, split: str, n: int) -> list[str]:
 
 def split_stats(name: str, difficulty: str | None, n: int, n_test: int, **options: Any) -> dict:
     """``{"pools": {...}, "splits": {split: {"seeds", "distinct", "in_train", ...}}}`` for one
-    difficulty (``None``: the family's default) of family ``name``."""
+    difficulty (``None``: the family's default) of family ``name`` (``options`` go to
+    :func:`~entropace.envs.make`: family options, ``interface``, ``profile``)."""
     s = spec(name)
     if difficulty is not None:
         options = {"difficulty": difficulty, **options}
@@ -77,7 +78,7 @@ def measure(args: argparse.Namespace, out: TextIO) -> int:
     levels = [args.difficulty] if args.difficulty else list(DIFFICULTIES)
     if "difficulty" not in spec(args.name).options:
         levels = [None]  # type: ignore[list-item]
-    options = _options(args)
+    options = {**_options(args), "interface": args.interface, "profile": args.profile}
     options.pop("difficulty", None)
     for level in levels:
         t0 = time.perf_counter()
