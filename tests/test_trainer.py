@@ -221,9 +221,14 @@ def test_eval_cli_scores_held_out_seeds(full_run, capsys) -> None:
     assert code == 0
     out = capsys.readouterr().out
     result = json.loads((full_run / "eval.json").read_text())
-    assert result["step"] == 4 and result["split"] == "test" and not result["do_sample"]
+    assert result["step"] == 4 and result["split"] == "held_out" and not result["do_sample"]
+    # letter has no held-out units: test_unseen is n/a, shown as such
+    assert result["splits"] == ["test", "test_unseen"]
+    assert result["by_split"]["test_unseen"] == {"tasks": {"letter": None}, "mean_success": None}
+    assert "n/a" in out
     episodes = result["episodes"]
     assert [e["seed"] for e in episodes] == list(seeds("test", 4))
+    assert {e["split"] for e in episodes} == {"test"}
     # every success is the environment's verdict on the actions taken, replayed
     for e in episodes:
         env = make("letter")

@@ -293,7 +293,8 @@ def test_oracle_solves_writes_through_tools(difficulty: str, db_paths) -> None:
 def test_agentbench_profile_draws_writes(db_paths) -> None:
     env = make("db", profile="agentbench", difficulty="medium")
     kinds = Counter(env.reset(seed)[1]["kind"] for seed in range(40))
-    assert set(kinds) == set(KINDS)
+    # AgentBench's DBBench test set has SELECT, INSERT and UPDATE samples but no DELETE
+    assert set(kinds) == set(KINDS) - {"delete"}
 
 
 @pytest.mark.parametrize("template", [t.name for t in WRITE_TEMPLATES])

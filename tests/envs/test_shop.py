@@ -70,7 +70,7 @@ def test_catalogue_is_deterministic_and_unique() -> None:
     build_catalogue.cache_clear()
     b = build_catalogue()
     assert a == b
-    assert len({p.asin for p in a}) == len(a) == 12 * 300
+    assert len({p.asin for p in a}) == len(a) == 24 * 300
 
 
 def test_parse_action() -> None:

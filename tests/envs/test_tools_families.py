@@ -257,10 +257,11 @@ def test_agentbench_wording() -> None:
     """AgentBench FC's task texts (shop/webshop/task.py, household/alfworld/task.py, ...)."""
     shop = make("shop", profile="agentbench")
     first, _ = shop.reset(0)
-    assert first.startswith("The initial observation:\nInstruction: ")
+    # WebShop's text mode (observation_mode="text", webshop/task.py lines 39 and 50)
+    assert first.startswith("The initial observation:\nWebShop [SEP] Instruction: [SEP] ")
     assert first.endswith("Available Actions:\n{'has_search_bar': True, 'clickables': ['search']}")
     obs = shop.step(_call("search_action", keywords="shampoo"))[0]
-    assert obs.startswith("Action: search[shampoo]\n\nObservation:\nInstruction: ")
+    assert obs.startswith("Action: search[shampoo]\n\nObservation:\nInstruction: [SEP] ")
     assert "'has_search_bar': False" in obs and "'back to search'" in obs
     house = make("household", profile="agentbench")
     first, _ = house.reset(0)

@@ -8,6 +8,7 @@ Works for every registered family through :func:`entropace.envs.specs`, :func:`m
     entropace envs play db --interface tools          # AgentBench FC's tools, typed as calls
     entropace envs sample db --n 5 --difficulty hard --split test --solve
     entropace envs sample kg --profile agentbench --solve
+    entropace envs stats household --n 2000         # pools, distinct instances, overlap
 
 In the tools interface a typed line ``tool_name {"argument": "value"}`` is sent as that call
 (in the generic ``<tool_call>`` format); any other text is sent as typed (a raw
@@ -348,3 +349,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p_sample.add_argument("--offset", type=int, default=0, help="first seed within the split")
     p_sample.add_argument("--solve", action="store_true", help="also print the oracle's episode")
     p_sample.set_defaults(func=_guarded(cmd_sample))
+
+    from entropace.cli import envs_stats
+
+    envs_stats.add_parser(sub, _env_args, _guarded)

@@ -10,13 +10,19 @@ from pathlib import Path
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval",
-        help="per-task success of a run's checkpoint on held-out (test) seeds",
+        help="per-task success of a run's checkpoint on held-out (test, test_unseen) seeds",
         description="Evaluate RUN's latest checkpoint; writes RUN/eval.json and prints a table.",
     )
     p.add_argument("run", type=Path, metavar="RUN", help="run directory")
     p.add_argument("--tasks", default=None, help="comma-separated tasks (default: the run's)")
-    p.add_argument("--n", type=int, default=50, help="seeds per task (default 50)")
-    p.add_argument("--split", default="test", choices=["test", "train"])
+    p.add_argument("--n", type=int, default=50, help="seeds per task and split (default 50)")
+    p.add_argument(
+        "--split",
+        default="held_out",
+        choices=["held_out", "test", "test_unseen", "train"],
+        help="held_out (default): test and test_unseen (n/a for a task without held-out "
+        "units); or one split",
+    )
     p.add_argument("--checkpoint", type=Path, default=None, help="default: the latest")
     p.add_argument(
         "--sample", action="store_true", help="sample at the run's temperature (default greedy)"
@@ -40,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"entropace eval: error: {err}", file=sys.stderr)
         return 2
     mode = "sampled" if args.sample else "greedy"
-    print(f"{args.run} step {result['step']}, {args.split} split, n={args.n} per task, {mode}")
+    splits = ", ".join(result["splits"])
+    print(f"{args.run} step {result['step']}, splits {splits}, n={args.n} per task, {mode}")
     print(format_table(result))
     print(f"written: {args.run / 'eval.json'}")
     return 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from entropace.envs.base import Policy, TextEnv, TurnLimit
+from entropace.envs.base import DIFFICULTIES, Policy, TextEnv, TurnLimit
 from entropace.envs.splits import SPLITS, Split
 
 
@@ -30,6 +30,12 @@ class EnvSpec:
         data_source: where the family's data comes from.
         license: the licence(s) of that data.
         requires: pip packages the family needs (named in the error when missing).
+        splits: the splits whose seeds draw content-disjoint instances
+            (:mod:`entropace.envs.splits`): ``("train", "test")`` by default; a family with
+            held-out units adds ``"test_unseen"``. ``entropace eval`` reports the others as
+            n/a.
+        pools: ``pools(difficulty) -> {name: size}``: the sizes of the family's content pools
+            and held-out units (``entropace envs stats``); None: not reported.
     """
 
     name: str
@@ -40,6 +46,15 @@ class EnvSpec:
     data_source: str = "generated"
     license: str = "n/a"
     requires: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ("train", "test")
+    pools: Callable[[str], dict[str, int]] | None = None
+
+
+def has_split(name: str, split: str) -> bool:
+    """Whether family ``name`` offers ``split`` (:attr:`EnvSpec.splits`)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    return split in spec(name).splits
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -131,6 +146,7 @@ def make(
     max_turns: int | None = None,
     interface: str = "text",
     profile: str = "default",
+    calls_per_reply: str | None = None,
     **options: Any,
 ) -> TurnLimit:
     """Build a fresh environment of family ``name`` wrapped in :class:`TurnLimit`.
@@ -140,15 +156,21 @@ def make(
         interface: ``"text"`` (the family's own action syntax) or ``"tools"`` (JSON-schema
             tools and parsed tool calls, :mod:`entropace.envs.tools`).
         profile: ``"default"``, or ``"agentbench"``: AgentBench FC's interface, observation
-            formats, turn limits and output caps for the family
+            formats, turn limits, output caps, calls per reply and task mix for the family
             (:mod:`entropace.envs.agentbench`); explicit arguments override the profile's.
-        options: the family's options (``entropace envs list``).
+        calls_per_reply: tools interface: ``"all"``, ``"first"`` or ``"strict"`` (what a
+            reply with several calls does); default: the profile's, else the suite's.
+        options: the family's options (``entropace envs list``). ``difficulty="mixed"``
+            draws each seed's difficulty (uniformly, or by the profile's mix); under the
+            ``agentbench`` profile a family with a mix gets it when no difficulty is given.
 
     Unknown options raise ``TypeError`` naming the family's options.
     """
     s = spec(name)
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {list(PROFILES)}, got {profile!r}")
+    mix: dict[str, float] | None = None
+    explicit_calls = calls_per_reply is not None
     if profile == "agentbench":
         from entropace.envs.agentbench import profile_settings
 
@@ -156,12 +178,26 @@ def make(
         options = {**{k: v for k, v in preset.options.items() if k in s.options}, **options}
         interface = "tools" if interface == "text" else interface
         max_turns = preset.max_turns if max_turns is None else max_turns
+        if calls_per_reply is None:
+            calls_per_reply = preset.calls_per_reply
+        if "difficulty" not in options and preset.difficulty_mix and "difficulty" in s.options:
+            mix = dict(preset.difficulty_mix)
+    if options.get("difficulty") == "mixed":
+        if "difficulty" not in s.options:
+            raise TypeError(f"{name}: has no difficulty option to mix")
+        mix = mix or {d: 1.0 for d in DIFFICULTIES}
+        options.pop("difficulty")
     if interface not in INTERFACES:
         raise ValueError(f"interface must be one of {list(INTERFACES)}, got {interface!r}")
     unknown = sorted(set(options) - set(s.options))
     if unknown:
         raise TypeError(f"{name}: unknown option(s) {unknown}; options: {sorted(s.options)}")
-    env = s.factory(**options)
+    if mix is not None:
+        from entropace.envs.agentbench import MixedDifficulty
+
+        env: Any = MixedDifficulty(lambda d: s.factory(**options, difficulty=d), mix, salt=name)
+    else:
+        env = s.factory(**options)
     if interface == "tools":
         from entropace.envs.tools import ToolInterface
 
@@ -169,10 +205,37 @@ def make(
             suite = tool_suite(name)
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
+        style = suite.agentbench if profile == "agentbench" else suite.style
         env = ToolInterface(
-            env, suite, suite.agentbench if profile == "agentbench" else suite.style
+            env, suite, style, **_calls_per_reply(calls_per_reply, explicit=explicit_calls)
         )
+    elif calls_per_reply is not None and profile != "agentbench":
+        raise ValueError("calls_per_reply applies to interface='tools' only")
     return TurnLimit(env, max_turns=max_turns)
+
+
+def _calls_per_reply(value: str | None, *, explicit: bool) -> dict[str, Any]:
+    """``ToolInterface``'s ``calls_per_reply`` keyword (empty: the suite's own rule).
+
+    The keyword comes with the calls-per-reply modes of :mod:`entropace.envs.tools`; with a
+    ``ToolInterface`` without it, the profile's value is left out (every reply keeps the
+    strict one-call rule) and an explicit request for another mode is an error, not a silent
+    fallback.
+    """
+    if value is None:
+        return {}
+    import inspect
+
+    from entropace.envs.tools import ToolInterface
+
+    if "calls_per_reply" in inspect.signature(ToolInterface).parameters:
+        return {"calls_per_reply": value}
+    if value == "strict" or not explicit:
+        return {}
+    raise ValueError(
+        f"calls_per_reply={value!r} needs the calls-per-reply modes of entropace.envs.tools "
+        "(this ToolInterface takes one call per reply only)"
+    )
 
 
 def seeds(split: Split, n: int, *, offset: int = 0) -> range:

@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
+    "MAX_DRAWS",
     "SPLITS",
+    "TEST_FRACTION",
     "Split",
     "SplitUnavailable",
+    "draw_in_split",
     "fingerprint",
     "hash_unit",
     "in_test_bucket",
@@ -41,6 +47,13 @@ SPLITS: dict[str, range] = {
     "test": range(1_000_000, 1_100_000),
     "test_unseen": range(1_100_000, 1_200_000),
 }
+
+
+#: Share of the instance space (by fingerprint hash) that :func:`draw_in_split` gives ``test``.
+TEST_FRACTION = 0.2
+#: Candidates :func:`draw_in_split` tries before giving up (with ``TEST_FRACTION`` 0.2, the
+#: chance that 200 candidates all miss the test bucket is ``0.8**200 < 1e-19``).
+MAX_DRAWS = 200
 
 
 class SplitUnavailable(ValueError):
@@ -91,3 +104,38 @@ def fingerprint(first_observation: str, gold: Any) -> str:
 
     payload = json.dumps([first_observation, canon(gold)], sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def draw_in_split(
+    seed: int,
+    build: Callable[[int], T],
+    key: Callable[[T], str],
+    *,
+    salt: str,
+    fraction: float = TEST_FRACTION,
+    max_draws: int = MAX_DRAWS,
+) -> tuple[T, int]:
+    """The instance of ``seed`` in its split, and the attempt that produced it.
+
+    ``build(attempt)`` generates a candidate from the seed's own random stream for that
+    attempt (attempt 0 is the family's historical stream; for a ``test_unseen`` seed the
+    family's ``build`` draws only from its held-out units); ``key(candidate)`` is its
+    fingerprint. A ``train`` seed takes the first candidate whose key lies outside the test
+    bucket (:func:`in_test_bucket` with ``fraction`` and ``salt``), a ``test`` or
+    ``test_unseen`` seed the first one inside it. The bucket is a function of the
+    fingerprint alone, so no fingerprint can be drawn by ``train`` and by a test split:
+    overlap 0 by construction, whatever the pool sizes, even where two held-out units
+    render the same content as a training unit (two floor plans with the same furniture).
+
+    A template whose instance space is small (a fixed question with few possible answers)
+    keeps, in the test splits, only the answers that hash into the bucket; drawing the whole
+    candidate again (template included) keeps every seed drawable.
+    """
+    want_test = split_of(seed) != "train"
+    for attempt in range(max_draws):
+        candidate = build(attempt)
+        if in_test_bucket(key(candidate), fraction, salt) == want_test:
+            return candidate, attempt
+    raise RuntimeError(  # pragma: no cover - probability < 1e-19 for the defaults
+        f"{salt}: no {split_of(seed)} instance in {max_draws} candidates for seed {seed}"
+    )

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from entropace.envs.base import StepResult, action_too_long, check_difficulty
-from entropace.envs.household.generate import LEVELS, Instance, generate, goal_satisfied
+from entropace.envs.household.generate import LEVELS, TASK_TYPES, Instance, goal_satisfied
 from entropace.envs.household.nearest import nearest_admissible
 from entropace.envs.household.parser import (
     MAX_COMMAND_CHARS,
@@ -36,7 +36,9 @@ from entropace.envs.household.parser import (
     format_command,
     parse_command,
 )
+from entropace.envs.household.splits import first_observation, instance_fingerprint, split_instance
 from entropace.envs.household.world import World, apply
+from entropace.envs.splits import split_of
 
 #: Observations longer than this are cut (the largest kitchens list ~40 receptacles).
 MAX_OBSERVATION_CHARS = 4000
@@ -107,6 +109,8 @@ class HouseholdEnv:
         action_list: append AgentBench's list of admissible commands to every observation.
         nearest_action: map a non-admissible command line to the nearest admissible command.
         repeat_limit: fail the episode after this many identical replies (0: never).
+        task_types: ``"level"`` (default: the difficulty's task types) or ``"all"`` (ALFWorld's
+            six at any difficulty, as AgentBench's ALFWorld test mixes them).
     """
 
     name = "household"
@@ -118,8 +122,12 @@ class HouseholdEnv:
         action_list: bool = False,
         nearest_action: bool = False,
         repeat_limit: int = 0,
+        task_types: str = "level",
     ) -> None:
         self.difficulty = check_difficulty(difficulty)
+        if task_types not in ("level", "all"):
+            raise ValueError(f"household: task_types must be 'level' or 'all', got {task_types!r}")
+        self.task_types = task_types
         for name, flag in (("action_list", action_list), ("nearest_action", nearest_action)):
             if not isinstance(flag, bool):
                 raise TypeError(f"household: {name} must be a bool (true/false), got {flag!r}")
@@ -141,18 +149,18 @@ class HouseholdEnv:
         return _cap(text) + (available_actions(commands) if self.action_list else "")
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        self.instance = generate(seed, self.difficulty)
+        types = TASK_TYPES if self.task_types == "all" else None
+        self.instance = split_instance(seed, self.difficulty, types)
         self.world = self.instance.world.copy()
         self.replies, self.recent = 0, []
-        obs = (
-            f"-= Welcome to TextWorld, ALFRED! =-\n\n{self.world.look()}\n\n"
-            f"Your task is to: {self.instance.goal.text}"
-        )
+        obs = first_observation(self.instance)
         info = {
             "task": self.name,
             "seed": seed,
             "difficulty": self.difficulty,
             "gold": self.instance.gold,
+            "split": split_of(seed),
+            "fingerprint": instance_fingerprint(self.instance),
             "task_type": self.instance.goal.task_type,
             "scene": self.instance.scene,
             "admissible_commands": self.world.admissible_commands(),

@@ -257,12 +257,35 @@ def candidates(difficulty: str, task_type: str) -> dict[int, tuple[tuple[str, st
     return out
 
 
-def generate(seed: int, difficulty: str) -> Instance:
-    """Instance ``seed`` of ``difficulty``: same arguments, same instance (``random.Random``)."""
+def generate(
+    seed: int,
+    difficulty: str,
+    *,
+    attempt: int = 0,
+    scenes: Callable[[int], bool] | None = None,
+    task_types: tuple[str, ...] | None = None,
+) -> Instance:
+    """Instance ``seed`` of ``difficulty``: same arguments, same instance (``random.Random``).
+
+    ``attempt`` selects another random stream of the same seed (0: the historical one; the
+    content splits, :mod:`.splits`, draw again until the instance lies in the seed's split);
+    ``scenes`` restricts the floor plans drawn (a predicate on the floor-plan number; task
+    types no allowed plan offers at ``difficulty`` are dropped: ALFRED's four unseen plans
+    offer heat / cool tasks only from medium on); ``task_types`` overrides the level's task
+    types (the ``agentbench`` profile's six).
+    """
     level = LEVELS[difficulty]
-    rng = random.Random(f"household/{difficulty}/{seed}")
-    task_type = rng.choice(level.task_types)
+    stream = f"household/{difficulty}/{seed}" + (f"/{attempt}" if attempt else "")
+    rng = random.Random(stream)
+    types = task_types or level.task_types
+    if scenes is not None:  # only the task types that some allowed floor plan offers
+        types = tuple(tt for tt in types if any(map(scenes, candidates(difficulty, tt))))
+    if not types:
+        raise ValueError(f"household: no allowed floor plan offers a task at {difficulty}")
+    task_type = rng.choice(types)
     options = candidates(difficulty, task_type)  # uniform over floor plans, then over pairs
+    if scenes is not None:
+        options = {sid: pairs for sid, pairs in options.items() if scenes(sid)}
     scene_id = rng.choice(sorted(options))
     obj_type, target = rng.choice(options[scene_id])
     t = tables()

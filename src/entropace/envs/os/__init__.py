@@ -20,6 +20,7 @@ from entropace.envs.os.sandbox import (
     require_bwrap,
 )
 from entropace.envs.os.session import ShellResult, ShellSession
+from entropace.envs.os.splits import TRAIN_KINDS, UNSEEN_KINDS, pools
 from entropace.envs.os.supervisor import SessionError
 from entropace.envs.registry import EnvSpec, register
 
@@ -37,6 +38,8 @@ __all__ = [
     "SessionError",
     "ShellResult",
     "ShellSession",
+    "TRAIN_KINDS",
+    "UNSEEN_KINDS",
     "answers_match",
     "oracle",
     "parse_action",
@@ -55,10 +58,16 @@ register(
             "output_chars": "characters of command output shown (default 4000)",
             "shell": "fresh (default: a new sandbox per command) | persistent (one bash per "
             "episode; adds the process/user/PATH/edit kinds)",
-            "kinds": "task kinds to draw (default: the difficulty's kinds for the shell)",
+            "kinds": "task kinds to draw (default: the difficulty's kinds for the shell; the "
+            "test_unseen kinds are held out)",
+            "scoring": "lenient (default) | agentbench: AgentBench OS's check scripts "
+            "(integer-match, string-match, ...; AgentBench: agentbench)",
         },
-        data_source="generated from the seed (logs, CSV tables, configs, scripts); no external data",
+        data_source="generated from the seed (logs, CSV tables, configs, scripts); no external "
+        "data; test_unseen: held-out task kinds (entropace.envs.os.splits)",
         license="n/a (generated data)",
         requires=(),
+        splits=("train", "test", "test_unseen"),
+        pools=pools,
     )
 )

@@ -12,7 +12,6 @@ with ``shell="persistent"`` the episode has one long-lived bash in one sandbox
 
 from __future__ import annotations
 
-import random
 import tarfile
 from typing import Any
 
@@ -26,19 +25,23 @@ from entropace.envs.os.actions import (
     observation_output,
     parse_action,
 )
+from entropace.envs.os.agentbench_check import agentbench_check
 from entropace.envs.os.procs import ProcessInfo
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
 from entropace.envs.os.session import ShellSession
+from entropace.envs.os.splits import ALL_TASKS, HELD_OUT, TRAIN_KINDS, draw_task, task_fingerprint
 from entropace.envs.os.supervisor import SessionError
-from entropace.envs.os.tasks import BY_DIFFICULTY, TASKS, SystemState, Task, TaskFn
+from entropace.envs.os.tasks import SystemState, Task
 from entropace.envs.os.tasks_shell import DEFAULT_ETC, SHELL_KINDS, SHELL_TASKS
-from entropace.envs.os.tree import generate_tree
 from entropace.envs.os.worktree import build_archive, read_etc, read_tree
+from entropace.envs.splits import split_of
 
 __all__ = ["SHELLS", "OsEnv", "oracle"]
 
 #: The shell modes: a fresh sandbox per command, or one shell per episode.
 SHELLS: tuple[str, ...] = ("fresh", "persistent")
+#: How answers are judged: our lenient match, or AgentBench OS's check scripts.
+SCORINGS: tuple[str, ...] = ("lenient", "agentbench")
 
 MAX_TURNS = 10
 
@@ -107,6 +110,8 @@ class OsEnv:
             background jobs persist too, and the system-state kinds are drawn as well).
         kinds: the task kinds to draw from (default: the difficulty's kinds for that shell);
             the persistent-shell kinds need ``shell="persistent"``.
+        scoring: ``"lenient"`` (default: :func:`answers_match`) or ``"agentbench"``
+            (AgentBench OS's check scripts, :mod:`entropace.envs.os.agentbench_check`).
 
     Raises:
         SandboxUnavailableError: when bubblewrap is missing or cannot create namespaces.
@@ -122,8 +127,12 @@ class OsEnv:
         output_chars: int = 4000,
         shell: str = "fresh",
         kinds: tuple[str, ...] | list[str] | str | None = None,
+        scoring: str = "lenient",
     ) -> None:
         self.difficulty = check_difficulty(difficulty)
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
+        self.scoring = scoring
         bad = isinstance(output_chars, bool) or not isinstance(output_chars, int)
         if bad or not 100 <= output_chars <= 100_000:
             raise ValueError(f"output_chars must be an int in [100, 100000], got {output_chars!r}")
@@ -147,11 +156,8 @@ class OsEnv:
         """Generate instance ``seed``: its file tree (copied into a fresh state) and its task;
         in the persistent mode also start its shell (ending the previous episode's)."""
         self.close()
-        rng = random.Random(f"entropace.os/{self.difficulty}/{int(seed)}")
-        kind = rng.choice(self.kinds)
-        tree = generate_tree(rng, self.difficulty)
-        make: TaskFn = TASKS[kind] if kind in TASKS else SHELL_TASKS[kind]
-        self.task = make(rng, tree)  # may adjust the tree (ties, modes) before rendering
+        # the seed's split picks the content pool (entropace.envs.os.splits)
+        kind, tree, self.task = draw_task(int(seed), self.difficulty, self.kinds)
         if self.shell == "fresh":
             self.initial_state = self.state = build_archive(tree.files())
         else:
@@ -164,6 +170,8 @@ class OsEnv:
             "difficulty": self.difficulty,
             "gold": self.task.gold,
             "kind": kind,
+            "split": split_of(int(seed)),
+            "fingerprint": task_fingerprint(self.task),
         }
         return f"Task: {self.task.prompt}", info
 
@@ -210,6 +218,9 @@ class OsEnv:
         if task.verify is not None:
             ok, reason = self._verify(text)
             obs = "Correct." if ok else f"Wrong answer: {reason}."
+        elif self.scoring == "agentbench":
+            ok = agentbench_check(task.kind, text, task.gold)
+            obs = "Correct." if ok else "Wrong answer."
         else:
             ok = answers_match(text, task.gold)
             obs = "Correct." if ok else "Wrong answer."
@@ -350,9 +361,15 @@ def _check_kinds(
     """The kinds to draw from: the default ones, or ``kinds`` validated."""
     if kinds is None:
         extra = SHELL_KINDS[difficulty] if shell == "persistent" else ()
-        return BY_DIFFICULTY[difficulty] + tuple(k for k in extra if k not in BY_DIFFICULTY)
+        base = TRAIN_KINDS[difficulty]
+        return base + tuple(k for k in extra if k not in base)
     names = tuple(k.strip() for k in kinds.split(",")) if isinstance(kinds, str) else tuple(kinds)
-    known = sorted(TASKS) + sorted(SHELL_TASKS)
+    known = sorted(k for k in ALL_TASKS if k not in HELD_OUT)
+    if any(k in HELD_OUT for k in names):
+        held = sorted(k for k in names if k in HELD_OUT)
+        raise ValueError(
+            f"the kinds {held} are held out for the test_unseen split (entropace.envs.os.splits)"
+        )
     if not names or any(not isinstance(k, str) or k not in known for k in names):
         raise ValueError(f"kinds must be a non-empty list of {known}, got {kinds!r}")
     if shell == "fresh" and any(k in SHELL_TASKS for k in names):

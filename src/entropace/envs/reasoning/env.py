@@ -17,9 +17,11 @@ from entropace.envs.base import Policy, StepResult, action_too_long, check_diffi
 from entropace.envs.reasoning.datasets import (
     DATASETS,
     MAX_ANSWER_CHARS,
+    VIRTUAL_SIZE,
     build_dataset,
     parse_datasets,
 )
+from entropace.envs.splits import SplitUnavailable, draw_in_split, fingerprint, split_of
 
 NAME = "reasoning"
 
@@ -88,19 +90,46 @@ class ReasoningEnv:
         self.entry: dict[str, Any] | None = None
         self.seed: int | None = None
 
+    def _candidate(self, seed: int, attempt: int) -> tuple[str, dict[str, Any], str]:
+        """Attempt ``attempt`` of seed ``seed``: (dataset, entry, observation). Attempt 0 is
+        the historical draw (dataset by ``Random(seed)``, entry ``seed``); later attempts draw
+        both again from the seed's own stream."""
+        if attempt == 0:
+            name, index = random.Random(seed).choice(self.datasets), seed
+        else:
+            rng = random.Random(f"reasoning/{seed}/{attempt}")
+            name, index = rng.choice(self.datasets), rng.randrange(VIRTUAL_SIZE)
+        entry = build_dataset(name, self.difficulty)[index]
+        return name, entry, f"{entry['question'].rstrip()}\n\n{ANSWER_INSTRUCTION}"
+
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        """Instance ``seed`` of its split: ``train`` and ``test`` are disjoint by content (a
+        test instance's question and answer never occur in train,
+        :func:`~entropace.envs.splits.draw_in_split`); there is no ``test_unseen``
+        (:class:`~entropace.envs.splits.SplitUnavailable`)."""
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-        self.seed = seed
-        self.dataset_name = random.Random(seed).choice(self.datasets)
-        self.entry = build_dataset(self.dataset_name, self.difficulty)[seed]
-        obs = f"{self.entry['question'].rstrip()}\n\n{ANSWER_INSTRUCTION}"
+        split = split_of(seed)
+        if split == "test_unseen":
+            raise SplitUnavailable(
+                "reasoning has no held-out units (test_unseen); use the test split"
+            )
+        (name, entry, obs), attempt = draw_in_split(
+            seed,
+            lambda attempt: self._candidate(seed, attempt),
+            lambda c: fingerprint(c[2], str(c[1]["answer"])),
+            salt=f"reasoning/{self.difficulty}",
+        )
+        self.seed, self.dataset_name, self.entry = seed, name, entry
         info = {
             "task": NAME,
             "seed": seed,
             "difficulty": self.difficulty,
-            "gold": str(self.entry["answer"]),
-            "dataset": self.dataset_name,
+            "gold": str(entry["answer"]),
+            "dataset": name,
+            "split": split,
+            "attempt": attempt,
+            "fingerprint": fingerprint(obs, str(entry["answer"])),
         }
         return obs, info
 

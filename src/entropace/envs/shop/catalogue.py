@@ -13,6 +13,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from entropace.envs.shop.more_categories import MORE_CATEGORIES
+
 #: category -> (department, product nouns, attribute vocabulary, option types and values,
 #: price range in dollars). Attribute and option words were chosen to read like WebShop's.
 CATEGORIES: dict[
@@ -242,6 +244,8 @@ CATEGORIES: dict[
         (10.0, 90.0),
     ),
 }
+
+CATEGORIES.update(MORE_CATEGORIES)  # 24 categories; the first twelve keep their products
 
 BRANDS: tuple[str, ...] = (
     "Arbor",

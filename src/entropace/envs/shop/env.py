@@ -29,9 +29,13 @@ from entropace.envs.shop.catalogue import (
 )
 from entropace.envs.shop.search import SearchIndex
 from entropace.envs.shop.webshop import get_reward
+from entropace.envs.splits import split_of
 
 #: Values of the ``reward`` option.
 REWARDS = ("exact", "webshop")
+#: Values of the ``page_format`` option: one element a line (default) or WebShop's ``text``
+#: observation mode (the page's visible texts joined with ``" [SEP] "``).
+PAGE_FORMATS = ("lines", "webshop")
 RESULTS_PER_PAGE = 10
 MAX_RESULTS = 50
 MAX_QUERY_CHARS = 200
@@ -100,11 +104,24 @@ def shop_reward(goal: Goal, product: Product, selected: dict[str, str]) -> float
     return r_type * (attrs + opts + price) / (len(goal.attributes) + len(goal.options) + 1)
 
 
-def make_goal(products: tuple[Product, ...], seed: int, difficulty: str) -> Goal:
-    """The instruction of instance ``seed``: drawn from a target product so it is satisfiable."""
-    rng = random.Random(f"shop/{difficulty}/{seed}")
+def make_goal(
+    products: tuple[Product, ...],
+    seed: int,
+    difficulty: str,
+    *,
+    attempt: int = 0,
+    targets: tuple[int, ...] | None = None,
+) -> Goal:
+    """The instruction of instance ``seed``: drawn from a target product so it is satisfiable.
+
+    ``attempt`` selects another random stream of the seed (0: the historical one; the content
+    splits draw again until the goal lies in the seed's split, :mod:`.splits`); ``targets``
+    restricts the target products (indices into ``products``; default: all).
+    """
+    rng = random.Random(f"shop/{difficulty}/{seed}" + (f"/{attempt}" if attempt else ""))
     n_attr, n_opt, (flo, fhi), _ = LEVELS[difficulty]
-    target = products[rng.randrange(len(products))]
+    pool = targets if targets is not None else range(len(products))
+    target = products[pool[rng.randrange(len(pool))]]
     attributes = tuple(rng.sample(target.attributes, min(n_attr, len(target.attributes))))
     option_items = list(target.options)
     rng.shuffle(option_items)
@@ -139,16 +156,26 @@ class ShopEnv:
     Args:
         difficulty: ``easy`` | ``medium`` | ``hard``.
         reward: ``"exact"`` (:func:`shop_reward`) or ``"webshop"`` (WebShop's own reward).
+        page_format: ``"lines"`` (one page element a line, buttons in brackets) or
+            ``"webshop"`` (WebShop's ``observation_mode="text"``, which AgentBench's WebShop
+            task uses: the visible texts of the page joined with ``" [SEP] "``).
     """
 
     name = "shop"
     system_prompt = SYSTEM_PROMPT
 
-    def __init__(self, difficulty: str = "easy", reward: str = "exact") -> None:
+    def __init__(
+        self, difficulty: str = "easy", reward: str = "exact", page_format: str = "lines"
+    ) -> None:
         self.difficulty = check_difficulty(difficulty)
         if reward not in REWARDS:
             raise ValueError(f"shop: reward must be one of {list(REWARDS)}, got {reward!r}")
+        if page_format not in PAGE_FORMATS:
+            raise ValueError(
+                f"shop: page_format must be one of {list(PAGE_FORMATS)}, got {page_format!r}"
+            )
         self.reward = reward
+        self.page_format = page_format
         self.max_turns = LEVELS[difficulty][3]
         self.products = build_catalogue()
         self.index = _shared_index(self.products)
@@ -158,7 +185,10 @@ class ShopEnv:
 
     # --- protocol ------------------------------------------------------------------------------
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-        self.goal = make_goal(self.products, seed, self.difficulty)
+        # the split module builds on make_goal above, hence imported here
+        from entropace.envs.shop.splits import goal_fingerprint, split_goal
+
+        self.goal = split_goal(self.products, seed, self.difficulty)
         self.page = _Page()
         info = {
             "task": self.name,
@@ -166,6 +196,9 @@ class ShopEnv:
             "difficulty": self.difficulty,
             "gold": f"{self.goal.instruction} (e.g. {self.goal.target_asin})",
             "instruction": self.goal.instruction,
+            "category": self.goal.category,
+            "split": split_of(seed),
+            "fingerprint": goal_fingerprint(self.goal),
         }
         return self.render(), info
 
@@ -269,6 +302,62 @@ class ShopEnv:
         return self.page.results[start : start + RESULTS_PER_PAGE]
 
     def render(self) -> str:
+        """The current page in the env's ``page_format``."""
+        return self.render_sep() if self.page_format == "webshop" else self.render_lines()
+
+    def render_sep(self) -> str:
+        """The current page in WebShop's ``text`` observation mode.
+
+        WebShop's ``convert_html_to_text(html, simple=True)``
+        (``web_agent_site/envs/web_agent_text_env.py``) joins the stripped visible texts of the
+        page's HTML with ``" [SEP] "``; AgentBench's WebShop task builds its env with
+        ``observation_mode="text"`` (``src/server/tasks/webshop/task.py``, lines 39 and 50 at
+        578c5e9). The texts, in WebShop's template order: ``WebShop``, ``Instruction:`` and the
+        instruction, then the page: ``Search`` (search page); ``Back to Search``, ``Page N
+        (Total results: M)``, ``< Prev``/``Next >`` and per product its ASIN, title and price
+        (results); ``Back to Search``, ``< Prev``, each option type and its values, the title,
+        ``Price: $x``, ``Rating: r``, ``Description``, ``Features``, ``Buy Now`` (item); the
+        sub-page's text (description, features). The search page alone starts with ``WebShop``.
+        """
+        assert self.goal is not None
+        page = self.page
+        texts = ["Instruction:", self.goal.instruction]
+        if page.kind == "search":
+            texts = ["WebShop", *texts, "Search"]
+        elif page.kind == "results":
+            n_pages = max(1, math.ceil(len(page.results) / RESULTS_PER_PAGE))
+            texts += [
+                "Back to Search",
+                f"Page {page.page + 1} (Total results: {len(page.results)})",
+            ]
+            if page.page > 0:
+                texts.append("< Prev")
+            if page.page + 1 < n_pages:
+                texts.append("Next >")
+            for idx in self.visible_results():
+                product = self.products[idx]
+                texts += [product.asin, product.title, f"${product.price:.2f}"]
+        else:
+            product = self.products[page.item]
+            texts += ["Back to Search", "< Prev"]
+            if page.kind == "item":
+                for name, values in product.options:
+                    texts += [name, *values]
+                texts += [
+                    product.title,
+                    f"Price: ${product.price:.2f}",
+                    f"Rating: {product.rating:.1f}",
+                    "Description",
+                    "Features",
+                    "Buy Now",
+                ]
+            elif page.kind == "features":
+                texts += list(product.attributes)
+            else:
+                texts.append(product_description(product))
+        return " [SEP] ".join(t.strip() for t in texts)
+
+    def render_lines(self) -> str:
         """The current page as text (WebShop's simple observation mode, one element a line)."""
         assert self.goal is not None
         page = self.page

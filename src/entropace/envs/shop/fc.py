@@ -79,7 +79,7 @@ def available_actions(env: Any) -> dict[str, Any]:
     "clickables": [lower-cased button texts]}`` (``["search"]`` on the search page)."""
     if env.page.kind == "search":
         return {"has_search_bar": True, "clickables": ["search"]}
-    buttons = [b.strip().lower() for b in _BUTTON.findall(env.render())]
+    buttons = [b.strip().lower() for b in _BUTTON.findall(env.render_lines())]
     return {"has_search_bar": False, "clickables": buttons}
 
 
