@@ -12,9 +12,6 @@ Sources (github:THUDM/AgentBench at commit 578c5e9):
 * WebShop pages: ``WebAgentTextEnv(observation_mode="text")``, ``webshop/task.py`` lines 39
   and 50 (WebShop's ``convert_html_to_text``: the visible texts joined with ``" [SEP] "``);
 * ALFWorld's six task types: ``alfworld/task.py`` lines 65-72 (``self.prefixes``).
-
-Tests marked ``needs_calls_per_reply`` exercise the tools interface's ``calls_per_reply``
-modes (``entropace.envs.tools``, branch i20a); they are skipped until that is merged.
 """
 
 from __future__ import annotations
@@ -24,17 +21,10 @@ import json
 import pytest
 
 from entropace.envs import make
-from entropace.envs import tools as tools_module
 from entropace.envs.agentbench import AGENTBENCH
 from entropace.envs.os.agentbench_check import CHECK_TYPES, CHECKS, agentbench_check
 from entropace.envs.registry import seeds
 from entropace.envs.tools import ToolCall, format_tool_call
-
-needs_calls_per_reply = pytest.mark.skipif(
-    not hasattr(tools_module, "CALLS_PER_REPLY"),
-    reason="needs the calls_per_reply modes of entropace.envs.tools (branch i20a)",
-)
-
 
 # ------------------------------------------------------------------------- os check scripts
 
@@ -134,7 +124,6 @@ def _calls(*calls: ToolCall) -> str:
     return "\n".join(format_tool_call(c) for c in calls)
 
 
-@needs_calls_per_reply
 @pytest.mark.parametrize("family", ["household", "shop"])
 def test_first_call_runs_and_the_rest_are_ignored(family: str) -> None:
     env = make(family, profile="agentbench", difficulty="easy")
@@ -154,7 +143,6 @@ def test_first_call_runs_and_the_rest_are_ignored(family: str) -> None:
     assert obs == want and info["tool_error"] is None and info.get("calls_ignored") == 1
 
 
-@needs_calls_per_reply
 def test_os_first_call_runs() -> None:
     env = make("os", profile="agentbench", difficulty="easy")
     env.reset(0)
@@ -168,7 +156,6 @@ def test_os_first_call_runs() -> None:
     assert "first" in obs and "second" not in obs and not terminated
 
 
-@needs_calls_per_reply
 def test_strict_rule_stays_an_option() -> None:
     env = make("household", profile="agentbench", difficulty="easy", calls_per_reply="strict")
     env.reset(0)

@@ -72,11 +72,19 @@ class ProfileSettings:
 AGENTBENCH: dict[str, ProfileSettings] = {
     "db": ProfileSettings(
         max_turns=15,
-        options={"kinds": "select,insert,update", "max_rows": 1000, "timeout_s": 60.0},
+        options={
+            "kinds": "select,insert,update",
+            "max_rows": 1000,
+            "timeout_s": 60.0,
+            "style": "agentbench",
+            "scoring": "agentbench",
+        },  # fmt: skip
         source="configs/tasks/dbbench.yaml (max_round 15); dbbench/task.py: every call of a "
         "reply runs (line 133); the test samples are SELECT, INSERT and UPDATE, none DELETE "
-        "(kinds=select,insert,update), the raw MySQL response is shown without a row limit, a statement "
-        "is stopped after 60 s (asyncio.wait_for(..., 60))",
+        "(kinds=select,insert,update), the raw MySQL response is shown without a row limit, a "
+        "statement is stopped after 60 s (asyncio.wait_for(..., 60)); first message and results "
+        "as AgentBench formats them (lines 108-113; interaction.py lines 88-105: style=agentbench) "
+        "and answers compared by result_processor.py's compare_results (scoring=agentbench)",
         calls_per_reply="all",
     ),
     "os": ProfileSettings(

