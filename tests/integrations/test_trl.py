@@ -134,6 +134,7 @@ def test_recipes_map_to_trl_fields() -> None:
         "eppo-notrend": ("dapo", "group", 0.2, 0.2, "token", True, False),
         "eppo-success": ("dapo", "group", 0.2, 0.2, "token", True, False),
         "eppo-rewardvar": ("dapo", "group", 0.2, 0.2, "token", True, False),
+        "eppo-shuffled": ("dapo", "group", 0.2, 0.2, "token", True, False),
         "papo": ("dapo", "group", 0.2, 0.2, "token", False, True),
         "eppo+papo": ("dapo", "group", 0.2, 0.2, "token", True, True),
     }
