@@ -83,6 +83,10 @@ class RolloutBatch:
         abnormal: ``[B]`` bool, the episode ended abnormally (turn/length limit, unparseable).
         num_turns: ``[B]`` long.
         episodes: optional text records, one per trajectory.
+        policy_version: ``[B]`` long, the version of the weights that generated each
+            trajectory (version ``v`` = after ``v`` updates), stamped by the rollout worker
+            (:mod:`entropace.rollout.worker`); None when no worker stamped it (a bare
+            :func:`entropace.rollout.collect_rollouts` call).
     """
 
     input_ids: Tensor
@@ -99,6 +103,7 @@ class RolloutBatch:
     abnormal: Tensor
     num_turns: Tensor
     episodes: list[EpisodeRecord] = field(default_factory=list)
+    policy_version: Tensor | None = None
 
     @property
     def size(self) -> int:

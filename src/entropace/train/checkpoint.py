@@ -6,6 +6,8 @@
   saved with ``safetensors`` (shared/tied tensors handled);
 * ``optim.pt``: the optimiser's state dict (``torch.save`` of tensors and plain values);
 * ``rng.pt``: python, numpy and torch RNG states, as tensors and plain values;
+* ``rollouts.pt`` (``async`` runs): the finished in-flight rollout batches the run needs next
+  (:mod:`entropace.train.pipeline`), as tensors and plain values;
 * ``state.json``: step, the resolved config, the LR schedule's position
   (``scheduler_steps``), data position, controllers' state dicts, skipped-step count (any
   JSON-serialisable trainer state). The scheduler itself is not saved: a resumed run rebuilds
@@ -146,11 +148,14 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep_last: int = 2,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically; prune to ``keep_last``.
 
     Args:
         state: JSON-serialisable trainer state (controllers, data position, counters).
+        extra: ``file name -> object`` of tensors and plain containers, written with
+            ``torch.save`` inside the checkpoint (read back with :func:`load_extra`).
 
     Raises:
         NonFiniteCheckpointError: a weight is NaN/inf (nothing is written).
@@ -175,6 +180,8 @@ def save_checkpoint(
         st.save_model(model, str(tmp / "model.safetensors"))
     torch.save({"optimizer": optimizer.state_dict()}, tmp / "optim.pt")
     torch.save(rng_state(), tmp / "rng.pt")
+    for name, obj in (extra or {}).items():
+        torch.save(obj, tmp / name)
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
     for f in tmp.iterdir():
         _fsync(f)
@@ -221,6 +228,15 @@ def load_checkpoint(
         with _explained(path / "rng.pt", "does not load as RNG states"):
             set_rng_state(_load_pt(path / "rng.pt"))
     return state
+
+
+def load_extra(path: Path, name: str) -> Any | None:
+    """The ``extra`` file ``name`` of checkpoint ``path`` (None when it has none), loaded
+    without running code."""
+    if not (path / name).exists():
+        return None
+    with _explained(path / name, "does not load (tensors and plain values expected)"):
+        return _load_pt(path / name)
 
 
 @contextmanager

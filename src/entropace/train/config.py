@@ -43,6 +43,7 @@ from entropace.train.schema import (
     nest,
     to_dict,
 )
+from entropace.train.threads import ThreadsConfig
 
 __all__ = [
     "ConfigError",
@@ -246,6 +247,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     log: LogConfig = field(default_factory=LogConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    threads: ThreadsConfig = field(default_factory=ThreadsConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
