@@ -401,13 +401,18 @@ class ProcessRollouts:
         try:
             message = self._outputs.get(timeout=self._poll_s)
         except queue.Empty:
-            if not self.process.is_alive():
+            message = None
+        if message is None and not self.process.is_alive():
+            try:  # what it sent before it exited (its error) comes first
+                message = self._outputs.get(timeout=1.0)
+            except queue.Empty:
                 code = self.process.exitcode
                 why = f" (signal {-code})" if code is not None and code < 0 else ""
                 raise RolloutWorkerError(
                     f"the rollout worker process (pid {self.process.pid}) died with exit code "
                     f"{code}{why}" + ("; killed, out of memory?" if code == -9 else "")
                 ) from None
+        if message is None:
             return
         kind = message[0]
         if kind == "ready":
