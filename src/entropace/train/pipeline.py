@@ -48,7 +48,7 @@ from entropace.rollout.worker import (
     RolloutOutput,
     trainable_weights,
 )
-from entropace.train.config import TrainConfig
+from entropace.train.config import ModelConfig, TrainConfig
 from entropace.train.data import Prompt, TaskSampler
 
 
@@ -215,14 +215,14 @@ class RolloutPipeline:
 
 #: Weights file of an ``async`` checkpoint's in-flight batches.
 ROLLOUTS_FILE = "rollouts.pt"
+#: ``build_model(cfg.model) -> (model, tokenizer, device)`` (picklable: a module-level function).
+ModelBuilder = Callable[[ModelConfig], tuple[Any, Any, str]]
 
 
-def process_worker(cfg: TrainConfig) -> ModelWorker:
-    """The ``async`` worker, built inside its process: the run's model (then loaded with the
-    published weights) and one environment of each task, so that a family the process cannot
-    build fails now, naming ``rollout.worker_imports``."""
-    from entropace.train.trainer import build_model  # the trainer imports this module
-
+def process_worker(cfg: TrainConfig, build_model: ModelBuilder) -> ModelWorker:
+    """The ``async`` worker, built inside its process: the run's model (``build_model``, the
+    trainer's, then loaded with the published weights) and one environment of each task, so
+    that a family the process cannot build fails now, naming ``rollout.worker_imports``."""
     model, tokenizer, _ = build_model(cfg.model)
     for name in cfg.tasks.names:
         try:
@@ -243,13 +243,14 @@ def open_pipeline(
     sampler: TaskSampler,
     make_job: Callable[[int, int, list[Prompt]], RolloutJob],
     *,
+    build_model: ModelBuilder,
     rollout_threads: int,
     start: int = 0,
     restored: Sequence[RolloutOutput] = (),
 ) -> RolloutPipeline:
     """The run's pipeline with version ``start`` (the model's weights now) published: an
     in-process worker on the learner's own model for ``sync``, a worker process for
-    ``async``."""
+    ``async`` (whose model ``build_model`` builds there)."""
     r = cfg.rollout
     weights = trainable_weights(model)
     host: RolloutHost
@@ -258,7 +259,7 @@ def open_pipeline(
     else:
         k = r.max_staleness
         host = ProcessRollouts(
-            functools.partial(process_worker, cfg), weights, slots=slots_needed(k),
+            functools.partial(process_worker, cfg, build_model), weights, slots=slots_needed(k),
             threads=rollout_threads, imports=r.worker_imports,
         )  # fmt: skip
     pipeline = RolloutPipeline(

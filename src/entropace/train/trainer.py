@@ -479,8 +479,8 @@ def train(
     try:
         with stop_handlers(stop), torch_threads(threads.learner):
             pipeline = open_pipeline(
-                cfg, model, tokenizer, sampler, make_job, rollout_threads=threads.rollout,
-                start=start, restored=restored,
+                cfg, model, tokenizer, sampler, make_job, build_model=build_model,
+                rollout_threads=threads.rollout, start=start, restored=restored,
             )  # fmt: skip
             with contextlib.closing(pipeline):  # the worker process ends with the loop
                 for step in range(start + 1, cfg.steps + 1):
