@@ -421,6 +421,26 @@ def test_an_exception_in_the_worker_names_it_and_leaves_no_process(tmp_path) -> 
 
 
 @pytest.mark.slow  # one more worker process (~10-45 s on 2 loaded cores)
+def test_an_exception_in_the_learner_leaves_no_process(tmp_path, monkeypatch) -> None:
+    import entropace.train.trainer as trainer_module
+
+    calls = []
+
+    def fail_at_step_2(learner, batch, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # a second Ctrl-C, or any error in the learner
+        return original(learner, batch, **kw)
+
+    original = trainer_module.update_step
+    monkeypatch.setattr(trainer_module, "update_step", fail_at_step_2)
+    before = {p.pid for p in children()}
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(None, [*LETTER, "tasks=letter", "steps=4"]), tmp_path / "run")
+    assert {p.pid for p in children()} - before == set()
+
+
+@pytest.mark.slow  # one more worker process (~10-45 s on 2 loaded cores)
 def test_a_worker_that_dies_is_named(tmp_path) -> None:
     before = {p.pid for p in children()}
     cfg = load_config(None, [*LETTER, "tasks=crash", "steps=4"])
