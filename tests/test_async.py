@@ -398,6 +398,21 @@ def test_thread_plan(monkeypatch) -> None:
     assert _plan(cfg, n_params=big, processes=2) == (3, 3)
 
 
+def test_compare_jobs_give_each_run_its_share_of_the_cores(monkeypatch) -> None:
+    from entropace.report.grid import _thread_env
+
+    monkeypatch.delenv("ENTROPACE_CPUS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert _thread_env(2)["ENTROPACE_CPUS"] == "2"
+    assert _thread_env(8)["ENTROPACE_CPUS"] == "1"
+    monkeypatch.setenv("ENTROPACE_CPUS", "2")
+    child = _thread_env(2)["ENTROPACE_CPUS"]
+    monkeypatch.setenv("ENTROPACE_CPUS", child)  # inside that child: 1 core, 2 processes
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    plan = plan_threads(ThreadsConfig(), n_params=135_000_000, processes=2)
+    assert (plan.learner, plan.rollout) == (1, 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Failures: the worker's error reaches the trainer; no process is left behind
 # ---------------------------------------------------------------------------------------------
