@@ -236,10 +236,13 @@ class _Child:
 
 
 def _thread_env(jobs: int) -> dict[str, str]:
-    """The children's environment: cores split between them unless the user set threads."""
+    """The children's environment: each run gets ``cpus // jobs`` cores (``ENTROPACE_CPUS``),
+    which the trainer splits between its processes by model size
+    (:func:`entropace.train.threads.plan_threads`); a user's ``OMP_NUM_THREADS`` still wins."""
+    from entropace.train.threads import CPUS_ENV, available_cpus
+
     env = dict(os.environ)
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    env[CPUS_ENV] = str(max(1, available_cpus() // jobs))
     return env
 
 

@@ -89,6 +89,10 @@ class RolloutBatch:
         off_policy: some token may have been sampled by a policy other than the learner at
             update start (an asynchronous worker's older version, a cross-policy pool member):
             the update then runs its proximal pass (``rollout/behaviour_kl``).
+        policy_version: ``[B]`` long, the version of the weights that generated each
+            trajectory (version ``v`` = after ``v`` updates), stamped by the rollout worker
+            (:mod:`entropace.rollout.worker`); None when no worker stamped it (a bare
+            :func:`entropace.rollout.collect_rollouts` call).
     """
 
     input_ids: Tensor
@@ -107,6 +111,7 @@ class RolloutBatch:
     episodes: list[EpisodeRecord] = field(default_factory=list)
     behaviour_policy: Tensor | None = None
     off_policy: bool = False
+    policy_version: Tensor | None = None
 
     @property
     def size(self) -> int:

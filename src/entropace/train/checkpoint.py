@@ -9,6 +9,8 @@
   the weights' size: 1.08 GB of the quick preset's 1.6 GB checkpoint), the older ones hold
   what ``eval`` and reports need but cannot be resumed from (:func:`load_checkpoint` says so);
 * ``rng.pt``: python, numpy and torch RNG states, as tensors and plain values;
+* ``rollouts.pt`` (``async`` runs): the finished in-flight rollout batches the run needs next
+  (:mod:`entropace.train.pipeline`), as tensors and plain values;
 * ``state.json``: step, the resolved config, the LR schedule's position
   (``scheduler_steps``), data position, controllers' state dicts, skipped-step count (any
   JSON-serialisable trainer state). The scheduler itself is not saved: a resumed run rebuilds
@@ -152,6 +154,7 @@ def save_checkpoint(
     state: dict[str, Any],
     keep_last: int = 2,
     optimizer_state: Literal["all", "last"] = "all",
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically; prune to ``keep_last``.
 
@@ -159,6 +162,8 @@ def save_checkpoint(
         state: JSON-serialisable trainer state (controllers, data position, counters).
         optimizer_state: ``all``: every kept checkpoint keeps ``optim.pt``; ``last``: only
             the new one (it is removed from the older ones once the new one is in place).
+        extra: ``file name -> object`` of tensors and plain containers, written with
+            ``torch.save`` inside the checkpoint (read back with :func:`load_extra`).
 
     Raises:
         NonFiniteCheckpointError: a weight is NaN/inf (nothing is written).
@@ -183,6 +188,8 @@ def save_checkpoint(
         st.save_model(model, str(tmp / "model.safetensors"))
     torch.save({"optimizer": optimizer.state_dict()}, tmp / OPTIM_FILE)
     torch.save(rng_state(), tmp / "rng.pt")
+    for name, obj in (extra or {}).items():
+        torch.save(obj, tmp / name)
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
     for f in tmp.iterdir():
         _fsync(f)
@@ -241,6 +248,15 @@ def load_checkpoint(
         with _explained(path / "rng.pt", "does not load as RNG states"):
             set_rng_state(_load_pt(path / "rng.pt"))
     return state
+
+
+def load_extra(path: Path, name: str) -> Any | None:
+    """The ``extra`` file ``name`` of checkpoint ``path`` (None when it has none), loaded
+    without running code."""
+    if not (path / name).exists():
+        return None
+    with _explained(path / name, "does not load (tensors and plain values expected)"):
+        return _load_pt(path / name)
 
 
 @contextmanager

@@ -48,6 +48,7 @@ from entropace.train.schema import (
     register_ranges,
     to_dict,
 )
+from entropace.train.threads import ThreadsConfig
 
 __all__ = [
     "ConfigError",
@@ -362,6 +363,7 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    threads: ThreadsConfig = field(default_factory=ThreadsConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
@@ -527,6 +529,12 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     if len(o.betas) != 2:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
     check_in("eval.split", cfg.eval.split, [k for k in SPLITS if k != "train"])
+    if cfg.rollout.mode == "async" and cfg.rollout.cross_policy.enabled:
+        raise ConfigError(
+            "rollout.cross_policy needs rollout.mode=sync: the asynchronous worker generates "
+            "with one policy version (its stale snapshots and other models are not in the "
+            "worker process)"
+        )
     if cfg.ppo.decoupled.enabled:
         _check_decoupled(cfg)
     _warn_autocast(cfg)

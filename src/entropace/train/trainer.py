@@ -2,21 +2,28 @@
 
 Each step (1-based)::
 
-    prompts  = sampler.next_prompts()               # P per task from the mix, seeds in order
-    rollout  = collect_rollouts(model, ..., seed)   # G samples each, multi-turn, token stats
+    rollout  = pipeline.next(step)                  # the batch of policy version behaviour_version(step)
     audit    = start_audit(cfg, model, batch, step)  # every audit.every steps, else None
     metrics  = rollout_metrics(batch) | update_step(learner, batch) | audit.finish(model)
+    pipeline.publish(step, weights)                 # version `step`: unlocks the next job(s)
     writer.write(step, metrics)                     # metrics.jsonl + log.trackers
     save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
 
+The rollouts come from :mod:`entropace.train.pipeline`: generated in this process right when
+the step asks for them (``rollout.mode: sync``), or by a worker process that generates up to
+``rollout.max_staleness`` versions ahead while the learner updates (``async``); each job's
+prompts are the task sampler's next ones, drawn in step order when the job is submitted.
+
 Everything random in a step derives from ``(cfg.seed, step)`` (the rollout seed, the
 mini-batch shuffle), and the checkpoint holds model, optimiser, scheduler, controllers, data
-position and RNG states, so ``--resume`` continues exactly: a run stopped after step 2 and
-resumed logs the same metrics for steps 3-4 as an uninterrupted run (timings aside).
+position, RNG states and (``async``) the finished in-flight batches, so ``--resume`` continues
+exactly: a run stopped after step 2 and resumed logs the same metrics for steps 3-4 as an
+uninterrupted run (timings aside).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import random
@@ -41,6 +48,7 @@ from entropace.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     load_checkpoint,
+    load_extra,
     save_checkpoint,
 )
 from entropace.train.config import (
@@ -57,6 +65,7 @@ from entropace.train.held_out import held_out_metrics
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
+from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline
 from entropace.train.preflight import check_prompt_budget
 from entropace.train.rundir import (  # noqa: F401 (re-export)
     RUN_FILES,
@@ -65,6 +74,7 @@ from entropace.train.rundir import (  # noqa: F401 (re-export)
     prepare_run_dir,
 )
 from entropace.train.snapshots import PolicyPool
+from entropace.train.threads import plan_threads, torch_threads
 from entropace.train.trackers import require_trackers
 from entropace.train.update import token_advantages, update_step
 
@@ -374,8 +384,13 @@ def train(
 
 def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     """:func:`train` in a prepared, locked run directory."""
-    from entropace.rollout import collect_rollouts
     from entropace.rollout.batch import task_scores
+    from entropace.rollout.worker import (
+        RolloutJob,
+        output_from_state,
+        output_state,
+        trainable_weights,
+    )
 
     ckpt_root = run_dir / "checkpoints"
     seed_everything(cfg.seed)
@@ -389,8 +404,13 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
         cfg.rollout.cross_policy,
         lambda name: build_model(replace(cfg.model, name=name, lora=False))[0],
     )
+    threads = plan_threads(
+        cfg.threads, n_params=sum(p.numel() for p in model.parameters()),
+        processes=2 if cfg.rollout.mode == "async" else 1,
+    )  # fmt: skip
+    logger.info("%s", threads.describe())
 
-    start = 0
+    start, restored = 0, []
     if resume:
         path = latest_checkpoint(ckpt_root)
         if path is None:
@@ -408,6 +428,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
             if learner.polarity is not None:
                 learner.polarity.load_state_dict(state["polarity"])
             learner.skipped_steps = int(state["skipped_steps"])
+            restored = [output_from_state(o) for o in load_extra(path, ROLLOUTS_FILE) or []]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
@@ -420,70 +441,89 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
     optimizer, polarity = learner.optimizer, learner.polarity
 
+    def make_job(step: int, version: int, prompts: list[Prompt]) -> RolloutJob:
+        return RolloutJob(step, version, rollout_requests(prompts, cfg), step_seed(cfg, step))
+
     def checkpoint(step: int) -> None:
+        sampler_state, in_flight = pipeline.checkpoint_state()
         state = {
             "config": to_dict(cfg),
             "scheduler_steps": learner.scheduler.last_epoch,
-            "sampler": sampler.state_dict(),
+            "sampler": sampler_state,
             "clip_rule": learner.clip_rule.state_dict(),
             "polarity": polarity.state_dict() if polarity is not None else None,
             "skipped_steps": learner.skipped_steps,
         }
+        extra = {ROLLOUTS_FILE: [output_state(o) for o in in_flight]} if in_flight else None
         save_checkpoint(
             ckpt_root, step, model=model, optimizer=optimizer, state=state,
             keep_last=cfg.log.keep_last, optimizer_state=cfg.log.optimizer_state,
+            extra=extra,
         )  # fmt: skip
 
     bar = _progress(cfg, start)
     stop = StopRequest()
     step = start
+    weights = trainable_weights(model)
     try:
-        with stop_handlers(stop):
-            for step in range(start + 1, cfg.steps + 1):
-                t_step = time.perf_counter()
-                seed = step_seed(cfg, step)
-                model.eval()
-                rollout = collect_rollouts(
-                    model, tokenizer, rollout_requests(sampler.next_prompts(), cfg), cfg.rollout,
-                    task_names=cfg.tasks.names, seed=seed,
-                    policies=pool.members(model) if pool is not None else (),
-                )  # fmt: skip
-                if step == start + 1:  # prompts vs rollout.max_episode_tokens (train/preflight)
-                    check_prompt_budget(rollout.batch, cfg.rollout)
-                release_memory()  # the rollout's freed caches back to the kernel
-                batch = rollout.batch.to(device)
-                audit = start_audit(cfg, model, batch, step)  # None unless an audited step
-                t_update = time.perf_counter()
-                generator = torch.Generator().manual_seed(seed)
-                if pool is not None:
-                    pool.before_update(model)
-                metrics = update_step(learner, batch, generator=generator)
-                release_memory()  # the update's freed activations back to the kernel
-                metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
-                metrics.update(rollout.task_error_rates())
-                if audit is not None:
-                    metrics.update(audit.finish(model))
-                    metrics["time/audit"] = audit.seconds
-                now = time.perf_counter()
-                metrics["time/generation"] = float(rollout.timings["generation_s"])
-                metrics["time/stats"] = float(rollout.timings["stats_s"])
-                metrics["time/env"] = float(rollout.timings.get("env_s", 0.0))
-                metrics["time/update"] = now - t_update
-                metrics["time/step"] = now - t_step
-                metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
-                metrics.update(memory_metrics())
-                if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-                    t_eval = time.perf_counter()
-                    metrics.update(held_out_metrics(model, tokenizer, cfg))
-                    metrics["time/eval"] = time.perf_counter() - t_eval
-                row = writer.write(step, metrics)
-                bar.set_postfix(_postfix(row), refresh=False)  # shown by the update's refresh
-                bar.update(1)
-                every = cfg.log.checkpoint_every
-                if (every and step % every == 0) or step == cfg.steps or stop.signal:
-                    checkpoint(step)
-                if stop.signal:
-                    break
+        with stop_handlers(stop), torch_threads(threads.learner):
+            pipeline = open_pipeline(
+                cfg, model, tokenizer, sampler, make_job, build_model=build_model,
+                rollout_threads=threads.rollout, start=start, restored=restored,
+                policies=(lambda: pool.members(model)) if pool is not None else None,
+            )  # fmt: skip
+            with contextlib.closing(pipeline):  # the worker process ends with the loop
+                for step in range(start + 1, cfg.steps + 1):
+                    t_step = time.perf_counter()
+                    seed = step_seed(cfg, step)
+                    model.eval()
+                    output, pipe_metrics = pipeline.next(step)  # waits for the worker
+                    rollout = output.result
+                    if step == start + 1:  # prompts vs rollout.max_episode_tokens (preflight)
+                        check_prompt_budget(rollout.batch, cfg.rollout)
+                    release_memory()  # the rollout's freed caches back to the kernel
+                    batch = rollout.batch.to(device)
+                    if output.version < step - 1:  # older weights than the learner's: the
+                        batch.off_policy = True  # update's proximal pass (ALGORITHMS.md 9)
+                    audit = start_audit(cfg, model, batch, step)  # None unless audited
+                    t_update = time.perf_counter()
+                    generator = torch.Generator().manual_seed(seed)
+                    if pool is not None:
+                        pool.before_update(model)
+                    metrics = update_step(learner, batch, generator=generator)
+                    release_memory()  # the update's freed activations back to the kernel
+                    t_updated = time.perf_counter()
+                    metrics["time/publish"] = pipeline.publish(step, weights)  # version step
+                    metrics.update(pipe_metrics)
+                    metrics.update(task_scores(rollout.batch.episodes))  # e.g. task/kg/f1
+                    metrics.update(rollout.task_error_rates())
+                    if audit is not None:
+                        metrics.update(audit.finish(model))
+                        metrics["time/audit"] = audit.seconds
+                    now = time.perf_counter()
+                    metrics["time/generation"] = float(rollout.timings["generation_s"])
+                    metrics["time/stats"] = float(rollout.timings["stats_s"])
+                    metrics["time/env"] = float(rollout.timings.get("env_s", 0.0))
+                    metrics["time/update"] = t_updated - t_update
+                    metrics["time/step"] = now - t_step
+                    metrics["tokens_per_s"] = metrics["response_tokens"] / max(now - t_step, 1e-9)
+                    metrics["threads/learner"] = threads.learner
+                    metrics["threads/rollout"] = threads.rollout
+                    metrics.update(memory_metrics())
+                    if output.worker_peak_rss_mib is not None:
+                        metrics["memory/worker_peak_rss_mib"] = output.worker_peak_rss_mib
+                    if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                        t_eval = time.perf_counter()
+                        metrics.update(held_out_metrics(model, tokenizer, cfg))
+                        metrics["time/eval"] = time.perf_counter() - t_eval
+                    row = writer.write(step, metrics)
+                    bar.set_postfix(_postfix(row), refresh=False)  # shown by the update's refresh
+                    bar.update(1)
+                    every = cfg.log.checkpoint_every
+                    if (every and step % every == 0) or step == cfg.steps or stop.signal:
+                        checkpoint(step)
+                    if stop.signal:
+                        break
     finally:
         bar.close()
         writer.close()
