@@ -73,12 +73,10 @@ def split_stats(name: str, difficulty: str | None, n: int, n_test: int, **option
 
 
 def measure(args: argparse.Namespace, out: TextIO) -> int:
-    from entropace.cli.envs import _options
-
     levels = [args.difficulty] if args.difficulty else list(DIFFICULTIES)
     if "difficulty" not in spec(args.name).options:
         levels = [None]  # type: ignore[list-item]
-    options = {**_options(args), "interface": args.interface, "profile": args.profile}
+    options = {**dict(args.opt or []), "interface": args.interface, "profile": args.profile}
     options.pop("difficulty", None)
     for level in levels:
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from entropace.envs.shop.catalogue import CATEGORIES, Product, build_catalogue
-from entropace.envs.shop.env import Goal, make_goal
+from entropace.envs.shop.goals import Goal, make_goal
 from entropace.envs.splits import draw_in_split, fingerprint, split_of
 
 __all__ = ["UNSEEN_CATEGORIES", "goal_fingerprint", "pools", "split_goal", "target_pool"]
