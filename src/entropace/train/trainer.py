@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from entropace.algos import get_policy_loss
-from entropace.control import build_clip_rule
+from entropace.control import StateError, build_clip_rule
 from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import (
@@ -58,7 +58,7 @@ from entropace.train.data import Prompt, TaskSampler
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
-from entropace.train.update import token_advantages, update_step
+from entropace.train.update import task_step, token_advantages, update_step
 
 logger = logging.getLogger(__name__)
 
@@ -418,24 +418,25 @@ def train(
                 int(state["scheduler_steps"]),
             )  # fmt: skip
             sampler.load_state_dict(state["sampler"])
-            learner.clip_rule.load_state_dict(state["clip_rule"])
-            if learner.polarity is not None:
-                learner.polarity.load_state_dict(state["polarity"])
+            task_step(learner, cfg.tasks.names).load_state_dict(
+                state["controller"], source=f"{path / 'state.json'} (controller)"
+            )  # validated: schema, finite values in range, this run's tasks and configs
             learner.skipped_steps = int(state["skipped_steps"])
+        except StateError as exc:
+            raise CheckpointError(str(exc)) from None
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
             ) from exc
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
-    optimizer, polarity = learner.optimizer, learner.polarity
+    optimizer = learner.optimizer
 
     def checkpoint(step: int) -> None:
         state = {
             "config": to_dict(cfg),
             "scheduler_steps": learner.scheduler.last_epoch,
             "sampler": sampler.state_dict(),
-            "clip_rule": learner.clip_rule.state_dict(),
-            "polarity": polarity.state_dict() if polarity is not None else None,
+            "controller": task_step(learner, cfg.tasks.names).state_dict(),
             "skipped_steps": learner.skipped_steps,
         }
         save_checkpoint(
