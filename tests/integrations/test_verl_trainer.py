@@ -209,9 +209,13 @@ def test_update_passes_loss_options_and_state_goes_through_checkpoints(
     folder = tmp_path / "global_step_3"
     t.save_entropace_state(str(folder))
     fresh, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
-    assert fresh.load_entropace_state(str(folder))
+    fresh.load_entropace_state(str(folder))
     assert fresh.entropace.state_dict() == t.entropace.state_dict()
-    assert not fresh.load_entropace_state(str(tmp_path / "missing"))
+    from entropace.control import StateError
+
+    missing = tmp_path / "missing"
+    with pytest.raises(StateError, match=f"{missing}/entropace.json: missing"):
+        fresh.load_entropace_state(str(missing))
 
 
 def test_dcpo_options_reach_the_update(tmp_path, monkeypatch) -> None:

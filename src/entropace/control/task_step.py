@@ -244,8 +244,8 @@ class TaskStep:
     ) -> tuple[Tensor, dict[str, float]]:
         """PAPO on this process's rows with the GLOBAL batch's rescaling factor.
 
-        ``A_t = A`` on masked tokens (``A`` per sequence ``[B]`` or per token ``[B, T]``), 0
-        elsewhere; ``P = A S``; :func:`entropace.algos.polarity_reweight` gives
+        ``A_t``: per token ``[B, T]`` (tokens off the mask keep their value), or per sequence
+        ``[B]`` broadcast to the masked tokens (0 elsewhere); ``P = A S``; :func:`entropace.algos.polarity_reweight` gives
         ``c w(P) A`` with ``c = sum|A| / sum|w(P) A|`` over this process's masked tokens. With
         several processes ``c`` must be the global batch's: the local result is multiplied by
         ``c_global / c_local`` (sums of ``|A|`` and ``|w A|`` reduced across processes).
@@ -259,7 +259,7 @@ class TaskStep:
         reduce = reduce or _identity
         w_plus, w_minus = self.weights
         adv = advantages.to(torch.float32)
-        adv_tok = (adv[:, None] if adv.dim() == 1 else adv) * mask
+        adv_tok = adv[:, None] * mask if adv.dim() == 1 else adv  # off the mask: kept
         polarity = algos.entropy_polarity(adv_tok, sensitivity.to(adv_tok.device))
         keep = mask > 0
         one = torch.ones((), dtype=torch.float64, device=adv.device)

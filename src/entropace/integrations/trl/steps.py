@@ -14,6 +14,7 @@ import entropace.algos as algos
 
 __all__ = ["rloo_slice"]
 
+
 def rloo_slice(rewards: Tensor, group_size: int, rows: slice) -> Tensor:
     """RLOO advantages ``R_i - mean_{j != i} R_j`` of the global batch's ``rewards`` ``[N]``
     (groups = consecutive runs of ``group_size``; NaN = unscorable: advantage 0), sliced to

@@ -24,7 +24,6 @@ itself is :class:`~entropace.integrations.verl.hooks.EntropaceHook`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any
@@ -43,6 +42,7 @@ from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from entropace.control import StateError
 from entropace.integrations.verl.engine import FLAG
 from entropace.integrations.verl.hooks import (
     SENSITIVITY_FIELD,
@@ -208,23 +208,21 @@ class EntropacePPOTrainer(PPOTrainerSync):
 
     def save_entropace_state(self, folder: str) -> str:
         """Write the controllers' state to ``folder/entropace.json`` (atomic rename)."""
-        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, STATE_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.entropace.state_dict(), f)
-        os.replace(tmp, path)
+        self.entropace.step.save_state_file(path)
         return path
 
-    def load_entropace_state(self, folder: str) -> bool:
-        """Restore the controllers from ``folder/entropace.json``; False if there is none."""
+    def load_entropace_state(self, folder: str) -> None:
+        """Restore the controllers from ``folder/entropace.json``, validated; a missing or bad
+        file is a :class:`~entropace.control.StateError` naming it (a resumed run never
+        restarts its controllers silently)."""
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
-            logger.warning("no %s in %s: the entropace controllers start fresh", STATE_FILE, folder)
-            return False
-        with open(path) as f:
-            self.entropace.load_state_dict(json.load(f))
-        return True
+            raise StateError(
+                f"{path}: missing; this checkpoint was not written by the entropace trainer, so "
+                "its controllers cannot resume exactly"
+            )
+        self.entropace.load_state_file(path)
 
     def _save_checkpoint(self) -> None:
         self.save_entropace_state(self._step_folder(self.global_steps))
