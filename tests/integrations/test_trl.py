@@ -519,3 +519,18 @@ def test_resume_equals_uninterrupted(model_dir: str, tmp_path: Path) -> None:
         "entropace/task/arith/eps_low",
         "entropace/task/chat/eps_low",
     }
+    # the callback's loader is the validated one: a tampered or missing file stops the resume
+    from entropace.control import StateError
+
+    state_file = checkpoint / STATE_FILE
+    for text, message in (
+        ("[]", "expected an object, got list"),
+        (json.dumps({**saved, "tasks": ["db", "os"]}), "saved by a run with tasks"),
+    ):
+        state_file.write_text(text)
+        with pytest.raises(StateError, match=message) as err:
+            make(str(tmp_path / "resumed"), 4).train(resume_from_checkpoint=str(checkpoint))
+        assert str(err.value).startswith(str(state_file))
+    state_file.unlink()
+    with pytest.raises(StateError, match="missing"):
+        make(str(tmp_path / "resumed"), 4).train(resume_from_checkpoint=str(checkpoint))

@@ -244,12 +244,15 @@ def test_worker_wraps_the_actor_loss() -> None:
     worker = object.__new__(vt.EntropaceActorRolloutRefWorker)
     worker.actor = _Actor()
     worker.loss_fn = "verl-ppo-loss"
-    monkey = vt.ActorRolloutRefWorker.init_model
+    monkey, register = vt.ActorRolloutRefWorker.init_model, vt.register_engine
+    order: list[str] = []
     try:
-        vt.ActorRolloutRefWorker.init_model = lambda self: None
+        vt.register_engine = lambda: order.append("engine")  # before verl builds the engine
+        vt.ActorRolloutRefWorker.init_model = lambda self: order.append("verl")
         init.__wrapped__(worker) if hasattr(init, "__wrapped__") else init(worker)
     finally:
-        vt.ActorRolloutRefWorker.init_model = monkey
+        vt.ActorRolloutRefWorker.init_model, vt.register_engine = monkey, register
+    assert order == ["engine", "verl"]  # our workers (only) get entropace's engine
     assert isinstance(worker.loss_fn, vt.EntropaceLossFn)
     assert worker.loss_fn.inner == "verl-ppo-loss" and worker.actor.fn is worker.loss_fn
 
@@ -302,6 +305,20 @@ def test_save_and_resume_through_verls_checkpoint_hooks(tmp_path, monkeypatch) -
     other.config.trainer.resume_from_path = str(tmp_path / "global_step_4")
     other._load_checkpoint()
     assert other.entropace.state_dict() == t.entropace.state_dict()
+    # the validated loader: verl's attacks of issue 21 item 9 stop the resume, naming the file
+    from entropace.control import StateError
+
+    path = tmp_path / "global_step_4" / vt.STATE_FILE
+    good = path.read_text()
+    for text, message in (
+        ("[]", "expected an object, got list"),
+        (good.replace('"tasks": [', '"tasks": "abc", "x": ['), "unknown key"),
+        (good.replace('"steps": 1', '"steps": -5'), "steps: value -5 outside"),
+    ):
+        path.write_text(text)
+        with pytest.raises(StateError, match=message) as err:
+            _trainer(tmp_path, monkeypatch, loss_mode="eppo")[0]._load_checkpoint()
+        assert str(err.value).startswith(str(path))
 
 
 def test_runs_as_verls_sync_trainer(tmp_path, monkeypatch) -> None:

@@ -43,7 +43,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from entropace.control import StateError
-from entropace.integrations.verl.engine import FLAG
+from entropace.integrations.verl.engine import FLAG, register_engine
 from entropace.integrations.verl.hooks import (
     SENSITIVITY_FIELD,
     SUCCESS_FIELD,
@@ -68,10 +68,14 @@ _ACTOR_ROLES = (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef)
 
 
 class EntropaceActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's actor/rollout/ref worker whose actor loss reads entropace's per-token bounds."""
+    """verl's actor/rollout/ref worker whose actor loss reads entropace's per-token bounds, and
+    whose engine is entropace's FSDP engine (verl's, plus PAPO's sensitivity when asked):
+    registered here, in this worker's process, before verl builds the engine, so that only
+    the entropace trainer's workers use it."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
+        register_engine()
         super().init_model()
         if getattr(self, "actor", None) is not None and self.loss_fn is not None:
             self.loss_fn = EntropaceLossFn(self.loss_fn)
