@@ -144,6 +144,16 @@ def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmC
             check_positive(f"{key}.{name}", getattr(a, name))
     if a.eps_low is not None and a.eps_low >= 1:
         raise ConfigError(f"{key}.eps_low must be < 1, got {a.eps_low}")
+    if a.clip_rule == "pacer":  # the pacer's range starts at (pacer.eps0, pacer.eps_high0)
+        for name, start in zip(("eps_low", "eps_high"), a.pacer.bounds0, strict=True):
+            value = getattr(a, name)
+            if value is not None and value != start:
+                raise ConfigError(
+                    f"{key}.{name}={value} under {key}.clip_rule=pacer: the pacer sets every "
+                    f"task's bounds, starting from {key}.pacer.eps0 / eps_high0 "
+                    f"{a.pacer.bounds0}; set {key}.pacer."
+                    f"{'eps0' if name == 'eps_low' else 'eps_high0'}={value} instead"
+                )
     check_positive(f"{key}.kl_beta", a.kl_beta, strict=False)
     check_positive(f"{key}.entropy_coef", a.entropy_coef, strict=False)
     if a.seq_norm is not None:
@@ -163,8 +173,12 @@ def loss_config(a: AlgorithmConfig, key: str = "algorithm") -> Any:
 
 
 def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
-    """``(eps_low, eps_high)`` the fixed clip rule uses: the configured values, else the policy
-    loss's defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused)."""
+    """``(eps_low, eps_high)`` a task starts with: the configured values, else the policy loss's
+    defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused); under the
+    pacer, its ``(eps0, eps_high0)`` (:attr:`entropace.control.PacerConfig.bounds0`, which
+    :func:`validate_algorithm` makes agree with any ``eps_low`` / ``eps_high`` given)."""
+    if a.clip_rule == "pacer":
+        return a.pacer.bounds0
     default = get_policy_loss(a.policy_loss).default_bounds or (0.2, 0.2)
     lo = default[0] if a.eps_low is None else a.eps_low
     hi = default[1] if a.eps_high is None else a.eps_high
