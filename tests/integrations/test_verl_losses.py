@@ -109,7 +109,7 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
     assert result["mod"] == "entropace.integrations.verl.losses"
     assert result["registered"]["losses"] == ["eppo", "papo", "eppo_papo", "dcpo", "ce_gppo"]
     # with the `verl` extra's light dependencies, every part registers in every process
-    assert result["registered"]["trainer"] == ["entropace"]
+    assert result["registered"]["trainer"] == ["entropace", "entropace_colocate_async"]
     assert result["registered"]["agent_loop"] == ["entropace"]
     # ... but never our engine: a plain verl run in this environment keeps verl's
     assert "engine" not in result["registered"]

@@ -105,10 +105,10 @@ def _config(tmp_path, loss_mode="eppo_papo"):
     )
 
 
-def _trainer(tmp_path, monkeypatch, loss_mode="eppo_papo"):
+def _trainer(tmp_path, monkeypatch, loss_mode="eppo_papo", cls=None):
     tq = FakeTQ()
     monkeypatch.setattr(trainer_base, "tq", tq)
-    t = object.__new__(vt.EntropacePPOTrainer)
+    t = object.__new__(cls or vt.EntropacePPOTrainer)
     t.config = _config(tmp_path, loss_mode)
     t.entropace = EntropaceHook(settings_from_config(t.config))
     t.actor_rollout_wg = FakeActorGroup(tq)
@@ -132,8 +132,44 @@ def _response(values: torch.Tensor, i: int) -> torch.Tensor:
 
 
 def test_trainer_is_registered() -> None:
-    assert vt.register_trainer_cls() == ["entropace"]
+    assert vt.register_trainer_cls() == ["entropace", "entropace_colocate_async"]
     assert trainer_base.get_trainer_cls("entropace") is vt.EntropacePPOTrainer
+    assert trainer_base.get_trainer_cls("entropace_colocate_async") is (
+        vt.EntropaceColocateAsyncTrainer
+    )
+
+
+def test_colocate_async_keeps_verls_lifecycle_and_runs_our_steps(tmp_path, monkeypatch) -> None:
+    """The async trainer's lifecycle hooks are verl's colocate_async ones (warm-up batches,
+    partial-rollout weight sync), the step hooks ours; it runs with colocate_async's replay
+    buffer and options, and writes the same paced bounds as the sync trainer."""
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
+    cls = vt.EntropaceColocateAsyncTrainer
+    for hook in ("on_train_begin", "on_step_end", "on_sample_end", "get_llm_client"):
+        assert getattr(cls, hook) is getattr(PPOTrainerColocateAsync, hook), hook
+    for hook in ("_compute_old_log_prob", "_compute_advantage", "_update_actor"):
+        assert getattr(cls, hook) is getattr(vt.EntropacePPOTrainer, hook), hook
+    rows = []
+    for trainer_cls in (vt.EntropacePPOTrainer, cls):
+        t, tq, meta = _trainer(tmp_path, monkeypatch, loss_mode="eppo", cls=trainer_cls)
+        metrics: dict = {}
+        t._compute_old_log_prob(meta, metrics)
+        rows.append(([tq.rows[k]["entropace_eps_low"] for k in meta.keys], metrics))
+    for a, b in zip(rows[0][0], rows[1][0], strict=True):
+        assert torch.equal(a, b)
+    assert rows[0][1] == rows[1][1]
+    t, _, _ = _trainer(tmp_path, monkeypatch, cls=cls)
+    t.config.trainer.v1 = {
+        "trainer_mode": "entropace_colocate_async",
+        "colocate_async": {"parameter_sync_step": 3, "num_warmup_batches": 1},
+    }
+    monkeypatch.setattr(
+        trainer_base.PPOTrainer,
+        "_build_replay_buffer",
+        lambda self: (self.trainer_mode, self.parameter_sync_step),
+    )
+    assert t._build_replay_buffer() == ("colocate_async", 3)
 
 
 def test_old_log_prob_step_writes_paced_bounds_and_aligned_sensitivity(

@@ -1,7 +1,9 @@
-"""The ``entropace`` trainer for verl 0.9.1's V1 trainer (``trainer.v1.trainer_mode=entropace``).
+"""The ``entropace`` trainers for verl 0.9.1's V1 trainer (``trainer.v1.trainer_mode=entropace``,
+or ``entropace_colocate_async``).
 
-A subclass of verl's synchronous ``PPOTrainerSync``, registered with verl's
-``register_trainer``. It changes four steps of verl's pipeline and nothing else:
+Subclasses of verl's synchronous ``PPOTrainerSync`` and of its colocated asynchronous
+``PPOTrainerColocateAsync``, registered with verl's ``register_trainer``. Both change the same
+four steps of verl's pipeline (the step hooks all V1 trainers share) and nothing else:
 
 1. workers: the actor worker is :class:`EntropaceActorRolloutRefWorker`, whose loss function
    reads the per-token bounds from the batch (:class:`~entropace.integrations.verl.losses.
@@ -37,6 +39,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.workers.engine_workers import ActorRolloutRefWorker
@@ -54,8 +57,10 @@ from entropace.integrations.verl.losses import BOUND_FIELDS, EntropaceLossFn
 
 __all__ = [
     "STATE_FILE",
+    "TRAINERS",
     "TRAINER_NAME",
     "EntropaceActorRolloutRefWorker",
+    "EntropaceColocateAsyncTrainer",
     "EntropacePPOTrainer",
     "register_trainer_cls",
 ]
@@ -101,8 +106,13 @@ def _non_tensor_list(data: TensorDict, name: str) -> list[Any] | None:
     return list(value)
 
 
-class EntropacePPOTrainer(PPOTrainerSync):
-    """verl's synchronous PPO trainer with EPPO / PAPO (see the module docstring)."""
+class _EntropaceSteps:
+    """EPPO / PAPO in the step hooks every verl V1 trainer shares (``PPOTrainer``'s
+    ``_compute_old_log_prob``, ``_compute_advantage``, ``_update_actor``, checkpoints); the
+    lifecycle (``on_step_end``, weight sync, warm-up batches ...) stays the base trainer's.
+    ``base_mode`` is the verl trainer mode whose replay buffer and options it runs with."""
+
+    base_mode: str = "sync"
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -116,11 +126,11 @@ class EntropacePPOTrainer(PPOTrainerSync):
 
     def _build_replay_buffer(self) -> Any:
         # verl's base branches on `trainer_mode == "sync"` (replay buffer, TransferQueue
-        # checkpoints, refills); this trainer IS the sync trainer, registered under its own name,
-        # so it runs with the sync mode and the `trainer.v1.sync` options.
-        self.trainer_mode = "sync"
-        sync = self.config.trainer.v1.get("sync", None) or {}
-        self.parameter_sync_step = sync.get("parameter_sync_step", 1)
+        # checkpoints, refills); this trainer IS the base-mode trainer registered under its own
+        # name, so it runs with that mode and the `trainer.v1.<base_mode>` options.
+        self.trainer_mode = self.base_mode
+        options = self.config.trainer.v1.get(self.base_mode, None) or {}
+        self.parameter_sync_step = options.get("parameter_sync_step", 1)
         return super()._build_replay_buffer()
 
     # ------------------------------------------------------------------------------ workers
@@ -248,9 +258,33 @@ class EntropacePPOTrainer(PPOTrainerSync):
         self.load_entropace_state(folder)
 
 
+class EntropacePPOTrainer(_EntropaceSteps, PPOTrainerSync):
+    """verl's synchronous PPO trainer with EPPO / PAPO (``trainer.v1.trainer_mode=entropace``)."""
+
+    base_mode = "sync"
+
+
+class EntropaceColocateAsyncTrainer(_EntropaceSteps, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer (partial rollouts, ``trainer.v1.colocate_async.
+    num_warmup_batches`` batches generated ahead: off-policy by that many versions) with EPPO /
+    PAPO (``trainer.v1.trainer_mode=entropace_colocate_async``). The statistics come from the
+    old-log-prob pass, i.e. under the policy the update starts from (verl's proximal policy),
+    not the stale one that sampled."""
+
+    base_mode = "colocate_async"
+
+
+#: verl trainer mode -> the entropace trainer registered under it.
+TRAINERS: dict[str, type] = {
+    TRAINER_NAME: EntropacePPOTrainer,
+    f"{TRAINER_NAME}_colocate_async": EntropaceColocateAsyncTrainer,
+}
+
+
 def register_trainer_cls() -> list[str]:
-    """Register :class:`EntropacePPOTrainer` as verl trainer ``entropace`` (idempotent)."""
-    existing = trainer_base.TRAINER_REGISTRY.get(TRAINER_NAME)
-    if existing is not EntropacePPOTrainer:
-        register_trainer(TRAINER_NAME)(EntropacePPOTrainer)
-    return [TRAINER_NAME]
+    """Register the entropace trainers with verl's ``register_trainer`` (idempotent):
+    ``entropace`` (sync) and ``entropace_colocate_async``."""
+    for name, cls in TRAINERS.items():
+        if trainer_base.TRAINER_REGISTRY.get(name) is not cls:
+            register_trainer(name)(cls)
+    return list(TRAINERS)
