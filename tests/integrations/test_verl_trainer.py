@@ -327,20 +327,32 @@ def test_save_and_resume_through_verls_checkpoint_hooks(tmp_path, monkeypatch) -
     t._save_checkpoint()
     assert order == ["verl"]
 
-    def verl_load(self):
-        self.global_steps = 4  # verl parses it from the latest global_step_<n> folder
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    monkeypatch.setattr(trainer_base.PPOTrainer, "_load_checkpoint", verl_load)
-    fresh, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
-    fresh._load_checkpoint()
-    assert fresh.entropace.state_dict() == t.entropace.state_dict()
+    synced = []  # verl's own on_init_end (weight sync) still runs, after our state loaded
+    monkeypatch.setattr(
+        PPOTrainerSync, "on_init_end", lambda self: synced.append(self.entropace.state_dict())
+    )
+
+    def resumed(**config):
+        fresh, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
+        for key, value in config.items():
+            fresh.config.trainer[key] = value
+        fresh.global_steps = 4  # verl's _load_checkpoint parsed it from global_step_4
+        return fresh
+
+    fresh = resumed()
+    fresh.on_init_end()  # verl's public hook after set-up (and its checkpoint load)
+    assert fresh.entropace.state_dict() == t.entropace.state_dict() == synced[-1]
     assert fresh.entropace.state_dict()["rule"]["steps"] == 1
     # resume_path mode reads the named folder
-    other, _, _ = _trainer(tmp_path, monkeypatch, loss_mode="eppo")
-    other.config.trainer.resume_mode = "resume_path"
-    other.config.trainer.resume_from_path = str(tmp_path / "global_step_4")
-    other._load_checkpoint()
+    other = resumed(resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_4"))
+    other.on_init_end()
     assert other.entropace.state_dict() == t.entropace.state_dict()
+    start = _trainer(tmp_path, monkeypatch, loss_mode="eppo")[0]
+    start.global_steps = 0  # a fresh run loads nothing
+    start.on_init_end()
+    assert start.entropace.state_dict()["rule"]["steps"] == 0
     # the validated loader: verl's attacks of issue 21 item 9 stop the resume, naming the file
     from entropace.control import StateError
 
@@ -353,7 +365,7 @@ def test_save_and_resume_through_verls_checkpoint_hooks(tmp_path, monkeypatch) -
     ):
         path.write_text(text)
         with pytest.raises(StateError, match=message) as err:
-            _trainer(tmp_path, monkeypatch, loss_mode="eppo")[0]._load_checkpoint()
+            resumed().on_init_end()
         assert str(err.value).startswith(str(path))
 
 

@@ -16,8 +16,9 @@ four steps of verl's pipeline (the step hooks all V1 trainers share) and nothing
    controller advances;
 3. after verl's advantage estimator: PAPO reweights ``advantages``;
 4. checkpoints: the controllers' JSON state is written to ``global_step_<n>/entropace.json``
-   (before verl's own files and tracker, so a checkpoint verl can resume always has it) and read
-   back on resume.
+   (``_save_checkpoint``, before verl's own files and tracker, so a checkpoint verl can resume
+   always has it) and read back, validated, on resume (verl's public ``on_init_end`` hook, after
+   verl loaded its checkpoint).
 
 Metrics (``entropace/task/<k>/eps_low``, ``.../entropy``, ``.../pace_z``,
 ``entropace/polarity/...``) go into the step's metrics, hence verl's tracking. The driver logic
@@ -242,10 +243,15 @@ class _EntropaceSteps:
         self.save_entropace_state(self._step_folder(self.global_steps))
         super()._save_checkpoint()
 
-    def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
-        if self.global_steps <= 0:
-            return
+    def on_init_end(self) -> None:
+        """verl's public hook after set-up, which has loaded verl's checkpoint (``global_steps``
+        > 0 on a resume): the controllers' state of that checkpoint is loaded here, validated,
+        before the base trainer's own ``on_init_end`` (weight sync)."""
+        if getattr(self, "global_steps", 0) > 0:
+            self.load_entropace_state(self._resume_folder())
+        super().on_init_end()
+
+    def _resume_folder(self) -> str:
         if self.config.trainer.resume_mode == "resume_path":
             folder = self.config.trainer.resume_from_path
             if not os.path.isabs(folder):
@@ -255,7 +261,7 @@ class _EntropaceSteps:
             if not os.path.isabs(root):
                 root = os.path.join(os.getcwd(), root)
             folder = find_latest_ckpt_path(root) or self._step_folder(self.global_steps)
-        self.load_entropace_state(folder)
+        return folder
 
 
 class EntropacePPOTrainer(_EntropaceSteps, PPOTrainerSync):
