@@ -17,6 +17,16 @@ environment (``db``, ``kg``, ``reasoning``, ``os``, ``household``, ``shop``) as 
 
 Metrics (``entropace/task/<k>/eps_low``, ``.../entropy``, ``.../pace_z``, ``entropace/polarity/
 w_plus`` ...) go through TRL's logger (``--report-to tensorboard`` / ``wandb``).
+
+Where the clip binds: PPO's clip (and so EPPO's per-task clip range) only acts when the policy
+has moved away from the one that sampled the batch. With TRL's defaults (one optimiser step per
+generation batch, ``num_iterations=1``) the ratio is exactly 1 and ``clip_ratio/region_mean``
+is 0 at every step: EPPO would change nothing. This example therefore generates once for
+``--steps-per-generation`` (default 4) optimiser steps and reuses each batch
+``--num-iterations`` (default 2) times, so the later optimiser steps of a generation batch see
+data up to 7 updates stale, as in an off-policy pipeline; the bounds of each completion are its
+task's ``eps_k`` from the generation batch's statistics (see docs/integrations/trl.md). The
+script prints the clipped-token fraction of every logged step.
 """
 
 from __future__ import annotations
@@ -91,7 +101,13 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt (G)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64, help="per turn")
-    parser.add_argument("--lr", type=float, default=1e-6)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument(
+        "--steps-per-generation", type=int, default=4, help="optimiser steps per generation batch"
+    )
+    parser.add_argument(
+        "--num-iterations", type=int, default=2, help="passes over each generation batch"
+    )
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--use-vllm", action="store_true", help="TRL's vLLM colocate generation")
@@ -125,6 +141,8 @@ def main() -> None:
         temperature=ns.temperature,
         learning_rate=ns.lr,
         max_steps=ns.steps,
+        steps_per_generation=ns.steps_per_generation,
+        num_iterations=ns.num_iterations,
         logging_steps=1,
         report_to=ns.report_to,
         save_strategy="steps" if ns.save_steps else "no",
@@ -161,12 +179,19 @@ def main() -> None:
     )
     trainer.train(resume_from_checkpoint=ns.resume)
     if trainer.accelerator.is_main_process:
+        clipped = []
         for row in trainer.state.log_history:
             if "loss" not in row:
                 continue
+            clipped.append(row.get("clip_ratio/region_mean", float("nan")))
             shown = {k.removeprefix("entropace/"): round(v, 4) for k, v in row.items()
                      if k.startswith("entropace/task/") and k.endswith(("eps_low", "entropy"))}  # fmt: skip
-            print(f"step {row['step']}: reward {row.get('reward', float('nan')):.3f} {shown}")
+            print(
+                f"step {row['step']}: reward {row.get('reward', float('nan')):.3f} "
+                f"clip_ratio/region_mean {clipped[-1]:.4f} {shown}"
+            )
+        binding = sum(c > 0 for c in clipped)
+        print(f"the clip bound on {binding} of {len(clipped)} optimiser steps")
 
 
 if __name__ == "__main__":

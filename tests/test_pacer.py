@@ -377,3 +377,27 @@ def test_shuffle_permutes_eppo_values_across_tasks() -> None:
     for s in range(6, 12):
         resumed.update({t: v[s] for t, v in curves.items()})
     assert resumed.eps() == mixed.eps()
+
+
+def test_the_trainer_config_honours_or_refuses_eps_under_the_pacer() -> None:
+    """Under clip_rule=pacer, algorithm.eps_low / eps_high are never ignored: equal to the
+    pacer's starting range they are accepted, otherwise refused at load naming the pacer key;
+    the starting bounds resolve in one place (PacerConfig.bounds0)."""
+    from entropace.control import ClipSettings, PacerConfig, build_clip_rule
+    from entropace.train.algorithms import algorithm_config, clip_settings, effective_bounds
+    from entropace.train.config import load_config
+    from entropace.train.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"algorithm.eps_low=0.3 .* set algorithm.pacer.eps0=0.3"):
+        load_config(None, ["tasks=a,b", "algo=eppo", "algorithm.eps_low=0.3"], check_envs=False)
+    with pytest.raises(ConfigError, match=r"eps_high=0.28 .* algorithm.pacer.eps_high0=0.28"):
+        algorithm_config("eppo+papo", {"eps_high": 0.28})
+    a = algorithm_config("eppo", {"eps_low": 0.25, "pacer": {"eps0": 0.25, "eps_high0": 0.3}})
+    assert effective_bounds(a) == (0.25, 0.3) == a.pacer.bounds0
+    rule = build_clip_rule("pacer", clip_settings(a))
+    assert rule.default_bounds == (0.25, 0.3)
+    assert build_clip_rule("pacer", ClipSettings(pacer=PacerConfig(eps0=0.18))).default_bounds == (
+        0.18,
+        0.18,
+    )
+    assert algorithm_config("grpo", {"eps_low": 0.3}).eps_low == 0.3  # fixed rule: its bounds

@@ -15,19 +15,14 @@ import torch
 
 import entropace.algos as algos
 from entropace.algos.policy_losses import POLICY_LOSSES, PPOLossConfig, register_policy_loss
-from entropace.control import EntropyPacer, PolarityController
+from entropace.control import EntropyPacer, PolarityController, TaskStep
 from entropace.rollout import RolloutBatch, sequence_token_stats
 from entropace.train.algorithms import RECIPES
 from entropace.train.checkpoint import NonFiniteCheckpointError, save_checkpoint
 from entropace.train.config import TrainConfig, load_config
 from entropace.train.learner import MiniBatch, accumulate_gradients
 from entropace.train.trainer import WarmupSchedule, build_learner
-from entropace.train.update import (
-    batch_signals,
-    polarity_masses,
-    token_advantages,
-    update_step,
-)
+from entropace.train.update import token_advantages, update_step
 
 TEMPERATURE = 0.8
 LENGTHS = [24, 20, 16, 22, 18, 24]
@@ -89,6 +84,23 @@ def as_minibatch(batch: RolloutBatch, adv: torch.Tensor, eps=(0.2, 0.2)) -> Mini
         eps_low=lo, eps_high=hi,
         task_ids=batch.task_ids,
     )  # fmt: skip
+
+
+def batch_signals(batch: RolloutBatch):
+    """The batch's signals and rollout metrics through a fixed-rule TaskStep (what the update's
+    section (a) computes)."""
+    step = TaskStep(batch.task_names)
+    sums = step.sums(batch.entropy, batch.loss_mask, batch.rewards, batch.success,
+                     batch.task_ids, abnormal=batch.abnormal)  # fmt: skip
+    out = step.step(sums)
+    return out.signals, out.metrics
+
+
+def polarity_masses(polarity, adv, mask) -> tuple[float, float]:
+    """Shares of sum |A| on P > 0 / P < 0 masked tokens (float64 reference)."""
+    w = adv.double().abs() * mask
+    total = float(w.sum())
+    return float((w * (polarity > 0)).sum()) / total, float((w * (polarity < 0)).sum()) / total
 
 
 def grads(model) -> torch.Tensor:
@@ -158,7 +170,9 @@ def test_polarity_masses_match_a_loop() -> None:
     pol = torch.randn(4, 7, generator=g)
     pol[0, :3] = 0
     mask = (torch.rand(4, 7, generator=g) > 0.3).float()
-    pos, neg = polarity_masses(pol, adv, mask)
+    step = TaskStep(["a"], polarity=PolarityController())
+    _, masses = step.reweight(adv, pol / adv, mask)  # S = P / A, so that A S = P
+    pos, neg = masses["polarity/pos_mass"], masses["polarity/neg_mass"]
     total = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t])
     p = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t] and pol[i, t] > 0)
     n = sum(abs(adv[i, t]) for i in range(4) for t in range(7) if mask[i, t] and pol[i, t] < 0)

@@ -123,32 +123,36 @@ def group_advantages(rewards: list[float], group: int, scale: bool) -> torch.Ten
 
 def test_recipes_map_to_trl_fields() -> None:
     """Hand-derived GRPOConfig fields of every supported recipe; the rest explain themselves."""
-    expected = {  # loss_type, scale_rewards, epsilon, epsilon_high, IS level, pacer, papo
-        "grpo": ("grpo", "group", 0.2, 0.2, "token", False, False),
-        "dr_grpo": ("dr_grpo", "none", 0.2, 0.2, "token", False, False),
-        "dapo": ("dapo", "group", 0.2, 0.28, "token", False, False),
-        "rloo": ("dapo", "none", 0.2, 0.2, "token", False, False),
-        "gspo": ("grpo", "group", 3e-4, 4e-4, "sequence", False, False),
-        "eppo": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "eppo-global": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "eppo-notrend": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "eppo-success": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "eppo-rewardvar": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "eppo-shuffled": ("dapo", "group", 0.2, 0.2, "token", True, False),
-        "papo": ("dapo", "group", 0.2, 0.2, "token", False, True),
-        "eppo+papo": ("dapo", "group", 0.2, 0.2, "token", True, True),
+    # the GRPOConfig fields each recipe needs (every other field stays the user's), pacer, papo
+    eps = {"epsilon": 0.2, "epsilon_high": 0.2}
+    expected = {
+        "grpo": ({}, False, False),
+        "dr_grpo": ({"loss_type": "dr_grpo", "scale_rewards": "none"}, False, False),
+        "dapo": ({"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}, False, False),
+        "rloo": ({}, False, False),
+        "gspo": (
+            {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+            False,
+            False,
+        ),
+        "eppo": (eps, True, False),
+        "eppo-global": (eps, True, False),
+        "eppo-notrend": (eps, True, False),
+        "eppo-success": (eps, True, False),
+        "eppo-rewardvar": (eps, True, False),
+        "eppo-shuffled": (eps, True, False),
+        "papo": ({}, False, True),
+        "eppo+papo": (eps, True, True),
     }
     assert set(expected) == set(SUPPORTED)
-    for name, (loss, scale, lo, hi, level, pacer, papo) in expected.items():
+    for name, (fields, pacer, papo) in expected.items():
         r = resolve_recipe(name, max_completion_length=64)
-        assert r.trl_args == {
-            "loss_type": loss,
-            "scale_rewards": scale,
-            "epsilon": lo,
-            "epsilon_high": hi,
-            "importance_sampling_level": level,
-        }, name
+        assert r.trl_args == fields, name
         assert (r.pacer is not None, r.polarity is not None) == (pacer, papo), name
+    assert resolve_recipe("eppo", pacer={"eps0": 0.25}).trl_args == {
+        "epsilon": 0.25,
+        "epsilon_high": 0.25,
+    }
     assert resolve_recipe("rloo").advantage == "rloo"
     assert resolve_recipe("eppo-notrend").pacer.trend is False
     assert resolve_recipe("eppo-success").pacer.signal == "success"
@@ -224,11 +228,53 @@ def _train_recording(trainer: Any) -> dict[str, Any]:
     }
 
 
-def test_grpo_equals_plain_trl(model_dir: str, tmp_path: Path) -> None:
-    """algorithm="grpo": losses, gradients and weights after 2 steps equal GRPOTrainer's."""
+def test_recipes_keep_the_users_grpo_config() -> None:
+    """A recipe sets only the fields it needs, where TRL's default stands (no warning); a
+    conflicting user value is refused, naming the field; the rest stays the user's."""
+    import warnings
+
+    from trl import GRPOConfig
+
+    from entropace.integrations.trl.recipes import apply_recipe
+
+    def config(**kw: Any) -> Any:
+        return GRPOConfig("/tmp/unused", report_to="none", use_cpu=True, bf16=False, **kw)
+
+    for loss_type in ("dapo", "grpo", "bnpo"):  # TRL's default and two others: kept
+        for name in ("grpo", "papo", "eppo", "rloo"):
+            args = config(loss_type=loss_type)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # not one warning
+                assert apply_recipe(args, resolve_recipe(name)) == []
+            assert args.loss_type == loss_type, name
+    args = config()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        changes = apply_recipe(args, resolve_recipe("dapo"))
+    assert changes == [("epsilon_high", None, 0.28)] and args.epsilon_high == 0.28
+    assert [str(w.message) for w in caught] == [
+        f"algorithm='dapo': {n}" for n in resolve_recipe("dapo").notes
+    ]  # only the dynamic-sampling note, nothing about epsilon_high
+    with pytest.raises(
+        ValueError, match=r"needs GRPOConfig.epsilon_high=0.28.*sets epsilon_high=0.3"
+    ):
+        apply_recipe(config(epsilon_high=0.3), resolve_recipe("dapo"))
+    with pytest.raises(ValueError, match=r"needs GRPOConfig.loss_type='dr_grpo'.*'grpo'"):
+        apply_recipe(config(loss_type="grpo"), resolve_recipe("dr_grpo"))
+    with pytest.raises(ValueError, match=r"GRPOConfig.epsilon=0.2.*pacer=\{'eps0'"):
+        apply_recipe(config(epsilon=0.3), resolve_recipe("eppo"))
+    args = config(epsilon=0.3)  # the pacer's eps0 given where the pacer reads it: accepted
+    assert apply_recipe(args, resolve_recipe("eppo", pacer={"eps0": 0.3})) == []
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_grpo_equals_plain_trl(model_dir: str, tmp_path: Path, loss_type: str) -> None:
+    """algorithm="grpo": losses, gradients and weights after 2 steps equal GRPOTrainer's with
+    the same GRPOConfig (its loss_type kept: "dapo", TRL's default, weights completions of
+    different lengths differently from "grpo")."""
     runs = []
     for cls, extra in ((GRPOTrainer, {}), (EntropaceGRPOTrainer, {"algorithm": "grpo"})):
-        args = trl_run.grpo_args(str(tmp_path / cls.__name__), max_steps=2)
+        args = trl_run.grpo_args(str(tmp_path / cls.__name__), max_steps=2, loss_type=loss_type)
         trainer = cls(
             model_dir,
             trl_run.digit_reward,
@@ -460,7 +506,8 @@ def test_resume_equals_uninterrupted(model_dir: str, tmp_path: Path) -> None:
     checkpoint = tmp_path / "resumed" / "checkpoint-2"
     saved = json.loads((checkpoint / STATE_FILE).read_text())
     assert saved == json.loads(json.dumps(first.entropace_state_dict()))
-    assert saved["pacer"]["steps"] == 2 and saved["polarity"]["steps"] == 2
+    assert saved["rule"]["steps"] == 2 and saved["polarity"]["steps"] == 2
+    assert saved["format"] == "entropace.task_step" and saved["tasks"] == ["arith", "chat"]
     second = make(str(tmp_path / "resumed"), 4)
     second.train(resume_from_checkpoint=str(checkpoint))
     assert second.entropace_state_dict() == straight.entropace_state_dict()
@@ -473,3 +520,18 @@ def test_resume_equals_uninterrupted(model_dir: str, tmp_path: Path) -> None:
         "entropace/task/arith/eps_low",
         "entropace/task/chat/eps_low",
     }
+    # the callback's loader is the validated one: a tampered or missing file stops the resume
+    from entropace.control import StateError
+
+    state_file = checkpoint / STATE_FILE
+    for text, message in (
+        ("[]", "expected an object, got list"),
+        (json.dumps({**saved, "tasks": ["db", "os"]}), "saved by a run with tasks"),
+    ):
+        state_file.write_text(text)
+        with pytest.raises(StateError, match=message) as err:
+            make(str(tmp_path / "resumed"), 4).train(resume_from_checkpoint=str(checkpoint))
+        assert str(err.value).startswith(str(state_file))
+    state_file.unlink()
+    with pytest.raises(StateError, match="missing"):
+        make(str(tmp_path / "resumed"), 4).train(resume_from_checkpoint=str(checkpoint))

@@ -90,7 +90,7 @@ def test_two_processes_hold_the_one_process_state(tmp_path: Path) -> None:
     # every rank holds exactly the same controller state and logged the same metrics
     assert ranks[0]["state"] == ranks[1]["state"]
     assert ranks[0]["log"] == ranks[1]["log"]
-    assert ranks[0]["state"]["pacer"]["steps"] == 2
+    assert ranks[0]["state"]["rule"]["steps"] == 2
     # ... equal to the one-process run on the same global batch
     _assert_close(ranks[0]["state"], ref["state"], 1e-4)
     _assert_close(ranks[0]["log"], ref["log"], 1e-4)

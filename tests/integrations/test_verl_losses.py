@@ -84,8 +84,11 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
         "import verl\n"
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
         "from entropace.integrations.verl import plugin\n"
+        "from verl.workers.engine import EngineRegistry\n"
+        "engines = [EngineRegistry.get_engine_cls('language_model', b) for b in ('fsdp', 'fsdp2')]\n"
         "print(json.dumps({'names': sorted(R), 'mod': R['eppo'].__module__,"
-        " 'registered': plugin.REGISTERED}))\n"
+        " 'registered': plugin.REGISTERED,"
+        " 'engines': [f'{c.__module__}.{c.__name__}' for c in engines]}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -93,7 +96,12 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
         text=True,
         timeout=240,
         check=True,
-        env={**__import__("os").environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"},
+        env={
+            **__import__("os").environ,
+            "VERL_USE_EXTERNAL_PLUGINS": "auto",
+            "VERL_ENGINE_DEVICE": "cuda",  # the lookup a plain verl run on NVIDIA GPUs makes
+            "VERL_ENGINE_VENDOR": "nvidia",
+        },
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for name in ("eppo", "papo", "eppo_papo", "dcpo", "ce_gppo", "vanilla"):
@@ -101,9 +109,13 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
     assert result["mod"] == "entropace.integrations.verl.losses"
     assert result["registered"]["losses"] == ["eppo", "papo", "eppo_papo", "dcpo", "ce_gppo"]
     # with the `verl` extra's light dependencies, every part registers in every process
-    assert result["registered"]["trainer"] == ["entropace"]
+    assert result["registered"]["trainer"] == ["entropace", "entropace_colocate_async"]
     assert result["registered"]["agent_loop"] == ["entropace"]
-    assert "language_model/fsdp/cuda/nvidia" in result["registered"]["engine"]
+    # ... but never our engine: a plain verl run in this environment keeps verl's
+    assert "engine" not in result["registered"]
+    assert (
+        result["engines"] == ["verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead"] * 2
+    )
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)

@@ -92,13 +92,45 @@ class RatioEMA:
             "recent": list(self.recent),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.count = int(state["count"])
-        self.warmup_values = [float(v) for v in state["warmup_values"]]
-        self.ref = None if state["ref"] is None else float(state["ref"])
-        self.m = float(state["m"])
-        self.m_prev = float(state["m_prev"])
-        self.recent = [float(v) for v in state.get("recent", [])][-self.keep :] if self.keep else []
+    def load_state_dict(self, state: Any, where: str = "tracker") -> None:
+        """Restore :meth:`state_dict` output, validated first (:class:`StateError` naming the
+        field: counts, a warmup list that fits them, finite non-negative values)."""
+        from entropace.control._state import (
+            StateError,
+            check_fields,
+            check_int,
+            check_number,
+            check_optional_number,
+        )
+
+        s = check_fields(state, where, ("count", "warmup_values", "ref", "m", "m_prev", "recent"))
+        count = check_int(s["count"], f"{where}.count")
+        values = s["warmup_values"]
+        if not isinstance(values, list) or len(values) != min(count, self.warmup_steps):
+            raise StateError(
+                f"{where}.warmup_values: expected a list of {min(count, self.warmup_steps)} "
+                f"value(s) (count={count}, warmup_steps={self.warmup_steps}), got {values!r:.60}"
+            )
+        warm = [
+            check_number(v, f"{where}.warmup_values[{i}]", lo=0.0) for i, v in enumerate(values)
+        ]
+        ref = check_optional_number(s["ref"], f"{where}.ref", lo=0.0)
+        if (ref is None) != (count < self.warmup_steps):
+            raise StateError(
+                f"{where}.ref: {'missing' if ref is None else 'set'} with count={count} and "
+                f"warmup_steps={self.warmup_steps}"
+            )
+        m = check_number(s["m"], f"{where}.m", lo=0.0)
+        m_prev = check_number(s["m_prev"], f"{where}.m_prev", lo=0.0)
+        recent = s["recent"]
+        if not isinstance(recent, list) or len(recent) > self.keep:
+            raise StateError(
+                f"{where}.recent: expected a list of at most {self.keep} ratio(s), "
+                f"got {recent!r:.60}"
+            )
+        kept = [check_number(v, f"{where}.recent[{i}]", lo=0.0) for i, v in enumerate(recent)]
+        self.count, self.warmup_values, self.ref, self.m, self.m_prev = count, warm, ref, m, m_prev
+        self.recent = kept
 
 
 def check_beta_warmup(beta: float, warmup_steps: int) -> None:
@@ -120,13 +152,3 @@ def check_value(name: str, x: Any, *, lo: float = 0.0, hi: float = math.inf) -> 
     if not lo <= v <= hi:
         raise ValueError(f"{name}: value {v!r} outside [{lo}, {hi}]")
     return v
-
-
-def check_same_config(owner: str, mine: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Raise a ValueError listing every option where a saved state's config differs."""
-    diff = sorted(k for k in mine.keys() | saved.keys() if mine.get(k) != saved.get(k))
-    if diff:
-        raise ValueError(
-            f"{owner}.load_state_dict: config mismatch on "
-            + ", ".join(f"{k} (saved {saved.get(k)!r}, here {mine.get(k)!r})" for k in diff)
-        )

@@ -32,7 +32,6 @@ definition above, under which raising ``c_low`` does reduce the negative contrib
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,7 +39,13 @@ import torch
 from torch import Tensor
 
 from entropace.algos.surrogate import LOG_RATIO_CLAMP
-from entropace.control._ratio import check_same_config
+from entropace.control._state import (
+    check_config,
+    check_fields,
+    check_int,
+    check_number,
+    check_optional_number,
+)
 
 __all__ = ["BapoClipController", "BapoConfig", "positive_share"]
 
@@ -206,11 +211,20 @@ class BapoClipController:
             "not_met": self.not_met,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        check_same_config("BapoClipController", asdict(self.config), dict(state["config"]))
-        self.c_low = float(state["c_low"])
-        self.c_high = float(state["c_high"])
-        self.share = float("nan") if state["share"] is None else float(state["share"])
-        self.steps = int(state["steps"])
-        self.met_at_start = int(state["met_at_start"])
-        self.not_met = int(state["not_met"])
+    def load_state_dict(self, state: Any, where: str = "bapo") -> None:
+        """Restore :meth:`state_dict` output, validated first (config equal; ``c_low`` in
+        ``[c_low0, c_low_max]``, ``c_high`` in ``[c_high0, c_high_max]``, ``share`` None or in
+        ``[0, 1]``, counters ints >= 0); a :class:`StateError` naming the field otherwise."""
+        cfg = self.config
+        keys = ("config", "c_low", "c_high", "share", "steps", "met_at_start", "not_met")
+        s = check_fields(state, where, keys)
+        check_config("BapoClipController", asdict(cfg), s["config"], f"{where}.config")
+        c_low = check_number(s["c_low"], f"{where}.c_low", lo=cfg.c_low0, hi=cfg.c_low_max)
+        c_high = check_number(s["c_high"], f"{where}.c_high", lo=cfg.c_high0, hi=cfg.c_high_max)
+        share = check_optional_number(s["share"], f"{where}.share", lo=0.0, hi=1.0)
+        steps = check_int(s["steps"], f"{where}.steps")
+        met = check_int(s["met_at_start"], f"{where}.met_at_start", hi=steps)
+        not_met = check_int(s["not_met"], f"{where}.not_met", hi=steps)
+        self.c_low, self.c_high = c_low, c_high
+        self.share = float("nan") if share is None else share
+        self.steps, self.met_at_start, self.not_met = steps, met, not_met

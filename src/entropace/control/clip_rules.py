@@ -9,6 +9,8 @@ this package, with one interface, so that no caller branches on the name:
   (EPPO's pacer updates here). Tasks present in ``signals`` get bounds.
 * ``on_minibatch(logprobs, old_logprobs, advantages, mask) -> (eps_low, eps_high) | None``:
   once per optimiser step when ``needs_logprobs`` (BAPO's search, from the current policy).
+* ``current_bounds() -> {task: (eps_low, eps_high)}``: the bounds as the rule stands, for the
+  tasks it tracks (the others have ``default_bounds``).
 * ``metrics(tasks) -> {name: float}``: the controller state to log for the given tasks
   (``task/<k>/pace_m``, ``task/<k>/pace_z``, ``bapo/c_low``, ...).
 * ``state_dict()`` / ``load_state_dict()``: JSON-serialisable, for checkpoints.
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from entropace.control._state import check_fields
 from entropace.control.bapo import BapoClipController, BapoConfig
 from entropace.control.pacer import EntropyPacer, PacerConfig
 from entropace.control.signals import StepSignals
@@ -69,6 +72,8 @@ class ClipSettings:
 
 
 class ClipRule(Protocol):
+    #: ``(eps_low, eps_high)`` of a task the rule has not bounded yet (its starting bounds).
+    default_bounds: tuple[float, float]
     #: True when ``on_minibatch`` needs the current policy's log-probs (one extra no-grad
     #: forward pass per optimiser step).
     needs_logprobs: bool
@@ -79,11 +84,13 @@ class ClipRule(Protocol):
         self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor
     ) -> tuple[float, float] | None: ...
 
+    def current_bounds(self) -> dict[str, tuple[float, float]]: ...
+
     def metrics(self, tasks: Iterable[str]) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: Any, where: str = ...) -> None: ...
 
 
 #: ``name -> constructor(settings)``.
@@ -116,14 +123,17 @@ class _Stateless:
     def on_minibatch(self, *args: Tensor) -> tuple[float, float] | None:
         return None
 
+    def current_bounds(self) -> dict[str, tuple[float, float]]:
+        return {}
+
     def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+    def load_state_dict(self, state: Any, where: str = "rule") -> None:
+        check_fields(state, where, ())
 
 
 @register_clip_rule("fixed")
@@ -132,6 +142,7 @@ class FixedClip(_Stateless):
 
     def __init__(self, settings: ClipSettings) -> None:
         self.eps = (float(settings.eps_low), float(settings.eps_high))
+        self.default_bounds = self.eps
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
         return {k: self.eps for k in signals.task_success}
@@ -150,6 +161,7 @@ class PacerClip:
 
     def __init__(self, settings: ClipSettings) -> None:
         self.pacer = EntropyPacer(config=settings.pacer)
+        self.default_bounds = settings.pacer.bounds0
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
         self.pacer.update(
@@ -158,12 +170,14 @@ class PacerClip:
             task_reward_var=signals.task_reward_var,
         )
         bounds = self.pacer.bounds()
-        cfg = self.pacer.config
-        default = (cfg.eps0, cfg.eps0 if cfg.eps_high0 is None else cfg.eps_high0)
+        default = self.default_bounds
         return {k: tuple(map(float, bounds.get(k, default))) for k in signals.task_success}
 
     def on_minibatch(self, *args: Tensor) -> tuple[float, float] | None:
         return None
+
+    def current_bounds(self) -> dict[str, tuple[float, float]]:
+        return self.pacer.bounds()
 
     def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
         """``task/<k>/pace_m`` (m_k), ``task/<k>/pace_z`` (z_k), ``task/<k>/pace_delta``
@@ -173,8 +187,8 @@ class PacerClip:
     def state_dict(self) -> dict[str, Any]:
         return self.pacer.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pacer.load_state_dict(state)
+    def load_state_dict(self, state: Any, where: str = "rule") -> None:
+        self.pacer.load_state_dict(state, where)
 
 
 @register_clip_rule("bapo")
@@ -187,6 +201,7 @@ class BapoClip:
     def __init__(self, settings: ClipSettings) -> None:
         self.ctrl = BapoClipController(config=settings.bapo)
         self.eps = (float(settings.eps_low), float(settings.eps_high))
+        self.default_bounds = self.eps
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
         return {k: self.eps for k in signals.task_success}
@@ -197,6 +212,9 @@ class BapoClip:
         lo, hi = self.ctrl.update(logprobs, old_logprobs, advantages, mask)
         return float(lo), float(hi)
 
+    def current_bounds(self) -> dict[str, tuple[float, float]]:
+        return {}
+
     def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
         """``bapo/c_low``, ``bapo/c_high``, ``bapo/positive_share`` of the last search."""
         return {k: float(v) for k, v in self.ctrl.metrics().items()}
@@ -204,5 +222,5 @@ class BapoClip:
     def state_dict(self) -> dict[str, Any]:
         return self.ctrl.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.ctrl.load_state_dict(state)
+    def load_state_dict(self, state: Any, where: str = "rule") -> None:
+        self.ctrl.load_state_dict(state, where)

@@ -72,11 +72,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from entropace.control._ratio import (
-    RatioEMA,
-    check_beta_warmup,
-    check_same_config,
-    check_value,
+from entropace.control._ratio import RatioEMA, check_beta_warmup, check_value
+from entropace.control._state import (
+    StateError,
+    check_config,
+    check_fields,
+    check_int,
+    check_number,
+    check_optional_number,
 )
 
 __all__ = ["EntropyPacer", "PacerConfig", "SIGNALS", "TREND_SOURCES"]
@@ -155,6 +158,12 @@ class PacerConfig:
             isinstance(self.eps_high0, int | float) and 0.0 < self.eps_high0
         ):
             raise ValueError(f"eps_high0 must be None or a float > 0, got {self.eps_high0!r}")
+
+    @property
+    def bounds0(self) -> tuple[float, float]:
+        """``(eps_low, eps_high)`` of a task before the pacer moves it: ``(eps0, eps_high0)``,
+        ``eps_high0`` defaulting to ``eps0`` (the one place this default is resolved)."""
+        return (self.eps0, self.eps0 if self.eps_high0 is None else self.eps_high0)
 
 
 @dataclass
@@ -302,7 +311,7 @@ class EntropyPacer:
     def eps_high(self) -> dict[str, float]:
         """``{task: eps_high_k}``: ``eps_k``, or ``eps_k * eps_high0 / eps0`` if asymmetric."""
         cfg = self.config
-        scale = 1.0 if cfg.eps_high0 is None else cfg.eps_high0 / cfg.eps0
+        scale = cfg.bounds0[1] / cfg.eps0
         return {t: s.eps * scale for t, s in self._tasks.items()}
 
     def bounds(self) -> dict[str, tuple[float, float]]:
@@ -358,19 +367,33 @@ class EntropyPacer:
             },
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; the config must equal this pacer's."""
-        check_same_config("EntropyPacer", asdict(self.config), dict(state["config"]))
+    def load_state_dict(self, state: Any, where: str = "pacer") -> None:
+        """Restore :meth:`state_dict` output, validated first: the config must equal this
+        pacer's; every task's ``eps`` in ``[eps_min, eps_max]`` (``eps0`` without task-wise
+        pacing), ``z`` finite, ``delta >= 0``, its tracker consistent; ``steps`` an int >= 0.
+        A :class:`StateError` naming the field otherwise, and nothing is loaded."""
+        cfg = self.config
+        s = check_fields(state, where, ("config", "steps", "tasks"))
+        check_config("EntropyPacer", asdict(cfg), s["config"], f"{where}.config")
+        steps = check_int(s["steps"], f"{where}.steps")
+        saved = s["tasks"]
+        if not isinstance(saved, Mapping):
+            raise StateError(
+                f"{where}.tasks: expected an object {{task: state}}, got {saved!r:.60}"
+            )
+        lo, hi = (cfg.eps_min, cfg.eps_max) if cfg.task_wise else (cfg.eps0, cfg.eps0)
         tasks: dict[str, _TaskState] = {}
-        for t, s in state["tasks"].items():
+        for t, entry in saved.items():
+            at = f"{where}.tasks[{t!r}]"
+            e = check_fields(entry, at, ("tracker", "eps", "z", "delta", "last_input"))
             tracker = self._tracker()
-            tracker.load_state_dict(s["tracker"])
-            tasks[t] = _TaskState(
+            tracker.load_state_dict(e["tracker"], f"{at}.tracker")
+            tasks[str(t)] = _TaskState(
                 tracker,
-                eps=float(s["eps"]),
-                z=float(s["z"]),
-                delta=float(s["delta"]),
-                last_input=None if s["last_input"] is None else float(s["last_input"]),
+                eps=check_number(e["eps"], f"{at}.eps", lo=lo, hi=hi),
+                z=check_number(e["z"], f"{at}.z"),
+                delta=check_number(e["delta"], f"{at}.delta", lo=0.0),
+                last_input=check_optional_number(e["last_input"], f"{at}.last_input", lo=0.0),
             )
         self._tasks = tasks
-        self.steps = int(state["steps"])
+        self.steps = steps

@@ -24,16 +24,11 @@ holds the phase state.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from entropace.control._ratio import (
-    RatioEMA,
-    check_beta_warmup,
-    check_same_config,
-    check_value,
-)
+from entropace.control._ratio import RatioEMA, check_beta_warmup, check_value
+from entropace.control._state import check_config, check_fields, check_int, check_number
 
 __all__ = ["PolarityConfig", "PolarityController"]
 
@@ -130,11 +125,17 @@ class PolarityController:
             "steps": self.steps,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; the config must equal this controller's."""
-        check_same_config("PolarityController", asdict(self.config), dict(state["config"]))
-        self._tracker.load_state_dict(state["tracker"])
-        self.rho = float(state["rho"])
-        self.g = float(state["g"])
-        self.u = float(state["u"])
-        self.steps = int(state["steps"])
+    def load_state_dict(self, state: Any, where: str = "polarity") -> None:
+        """Restore :meth:`state_dict` output, validated first: the config must equal this
+        controller's, ``rho >= 0``, ``g`` finite, ``u`` in ``[-1, 1]`` (so ``w_plus, w_minus``
+        stay in ``[1 - lam, 1 + lam]``), ``steps`` an int >= 0; a :class:`StateError` naming
+        the field otherwise, and nothing is loaded."""
+        s = check_fields(state, where, ("config", "tracker", "rho", "g", "u", "steps"))
+        check_config("PolarityController", asdict(self.config), s["config"], f"{where}.config")
+        tracker = RatioEMA(self.config.beta, self.config.warmup_steps)
+        tracker.load_state_dict(s["tracker"], f"{where}.tracker")
+        rho = check_number(s["rho"], f"{where}.rho", lo=0.0)
+        g = check_number(s["g"], f"{where}.g")
+        u = check_number(s["u"], f"{where}.u", lo=-1.0, hi=1.0)
+        steps = check_int(s["steps"], f"{where}.steps")
+        self._tracker, self.rho, self.g, self.u, self.steps = tracker, rho, g, u, steps

@@ -165,6 +165,16 @@ def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmC
     check_in(f"{key}.agg", a.agg, list(AGG_MODES))
     check_in(f"{key}.clip_rule", a.clip_rule, sorted(CLIP_RULES))
     loss_config(a, key)
+    if a.clip_rule == "pacer":  # the pacer's range starts at (pacer.eps0, pacer.eps_high0)
+        for name, start in zip(("eps_low", "eps_high"), a.pacer.bounds0, strict=True):
+            value = getattr(a, name)
+            if value is not None and value != start:
+                raise ConfigError(
+                    f"{key}.{name}={value} under {key}.clip_rule=pacer: the pacer sets every "
+                    f"task's bounds, starting from {key}.pacer.eps0 / eps_high0 "
+                    f"{a.pacer.bounds0}; set {key}.pacer."
+                    f"{'eps0' if name == 'eps_low' else 'eps_high0'}={value} instead"
+                )
     # checked whether the penalty is on or not (a value switched on later is then valid)
     if a.overlong.cache_len > a.overlong.max_len:
         raise ConfigError(
@@ -181,8 +191,12 @@ def loss_config(a: AlgorithmConfig, key: str = "algorithm") -> Any:
 
 
 def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
-    """``(eps_low, eps_high)`` the fixed clip rule uses: the configured values, else the policy
-    loss's defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused)."""
+    """``(eps_low, eps_high)`` a task starts with: the configured values, else the policy loss's
+    defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused); under the
+    pacer, its ``(eps0, eps_high0)`` (:attr:`entropace.control.PacerConfig.bounds0`, which
+    :func:`validate_algorithm` makes agree with any ``eps_low`` / ``eps_high`` given)."""
+    if a.clip_rule == "pacer":
+        return a.pacer.bounds0
     default = get_policy_loss(a.policy_loss).default_bounds or (0.2, 0.2)
     lo = default[0] if a.eps_low is None else a.eps_low
     hi = default[1] if a.eps_high is None else a.eps_high

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from entropace.algos import get_policy_loss
-from entropace.control import build_clip_rule
+from entropace.control import StateError, build_clip_rule
 from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import (
@@ -76,7 +76,7 @@ from entropace.train.rundir import (  # noqa: F401 (re-export)
 from entropace.train.snapshots import PolicyPool
 from entropace.train.threads import plan_threads, torch_threads
 from entropace.train.trackers import require_trackers
-from entropace.train.update import token_advantages, update_step
+from entropace.train.update import task_step, token_advantages, update_step
 
 logger = logging.getLogger(__name__)
 
@@ -424,11 +424,13 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                 int(state["scheduler_steps"]),
             )  # fmt: skip
             sampler.load_state_dict(state["sampler"])
-            learner.clip_rule.load_state_dict(state["clip_rule"])
-            if learner.polarity is not None:
-                learner.polarity.load_state_dict(state["polarity"])
+            task_step(learner, cfg.tasks.names).load_state_dict(
+                state["controller"], source=f"{path / 'state.json'} (controller)"
+            )  # validated: schema, finite values in range, this run's tasks and configs
             learner.skipped_steps = int(state["skipped_steps"])
             restored = [output_from_state(o) for o in load_extra(path, ROLLOUTS_FILE) or []]
+        except StateError as exc:
+            raise CheckpointError(str(exc)) from None
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"{path / 'state.json'}: does not fit this run's config ({exc!r})"
@@ -439,7 +441,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
         run_dir, cfg.log, config=to_dict(cfg), resume_step=start if resume else None
     )
     save_config(cfg, run_dir / "config.yaml")  # after a resume has loaded: never on failure
-    optimizer, polarity = learner.optimizer, learner.polarity
+    optimizer = learner.optimizer
 
     def make_job(step: int, version: int, prompts: list[Prompt]) -> RolloutJob:
         return RolloutJob(step, version, rollout_requests(prompts, cfg), step_seed(cfg, step))
@@ -450,8 +452,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
             "config": to_dict(cfg),
             "scheduler_steps": learner.scheduler.last_epoch,
             "sampler": sampler_state,
-            "clip_rule": learner.clip_rule.state_dict(),
-            "polarity": polarity.state_dict() if polarity is not None else None,
+            "controller": task_step(learner, cfg.tasks.names).state_dict(),
             "skipped_steps": learner.skipped_steps,
         }
         extra = {ROLLOUTS_FILE: [output_state(o) for o in in_flight]} if in_flight else None

@@ -10,14 +10,15 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
     policy being updated (ALGORITHMS.md section 9); on-policy batches skip it (the recorded
     statistics ARE the learner's);
 
-(a) per-task rollout statistics in one pass (:func:`entropace.control.task_sums`), then the
-    controllers, BEFORE the update: the clip rule (EPPO's pacer reads per-task mean entropy
-    ``h_k`` of masked tokens) and PAPO's controller (batch mean entropy -> ``w_plus, w_minus``);
+(a) per-task rollout statistics in one pass, then the controllers, BEFORE the update, through
+    :class:`entropace.control.TaskStep` (the per-task step every engine shares): the clip rule
+    (EPPO's pacer reads per-task mean entropy ``h_k`` of masked tokens) and PAPO's controller
+    (batch mean entropy -> ``w_plus, w_minus``), and the rollout's metrics;
 (b) advantages per trajectory (the registered estimator; DAPO's overlong penalty first), DAPO's
     dynamic-sampling filter, broadcast to masked tokens, optional AgentRL task normalisation;
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
-    ``polarity_reweight`` (sum |A| preserved);
-(d) per-token clip bounds from the per-task bounds;
+    ``polarity_reweight`` (sum |A| preserved): :meth:`TaskStep.reweight`;
+(d) per-trajectory clip bounds from the per-task bounds: :meth:`TaskStep.row_bounds`;
 (e) off-policy inputs: the proximal pass (below) gives ``rollout/behaviour_kl`` (k3 of
     behaviour vs learner, mean over the kept rows' masked tokens) and, with
     ``ppo.decoupled``, the proximal log-probs the ratio is taken against and the behaviour
@@ -47,7 +48,7 @@ import torch
 from torch import Tensor
 
 import entropace.algos as algos
-from entropace.control import StepSignals, signals_from_sums, task_sums
+from entropace.control import TaskStep
 from entropace.rollout.batch import RolloutBatch
 from entropace.train.config import TrainConfig
 from entropace.train.learner import (
@@ -65,39 +66,19 @@ TOP_LEVEL_FLAGS = ("clip_frac_low", "clip_frac_high")
 
 
 # ---------------------------------------------------------------------------------------------
-# (a) statistics of the rollout batch
+# (a) statistics of the rollout batch and the controllers
 # ---------------------------------------------------------------------------------------------
 
 
-def batch_signals(batch: RolloutBatch) -> tuple[StepSignals, dict[str, float]]:
-    """Per-task signals of the batch (one pass) and the rollout metrics derived from them.
-
-    Metrics: per task ``task/<k>/{success, reward, entropy, abnormal, num_episodes,
-    response_tokens}``; globally ``entropy`` (mean over every masked token), ``reward``,
-    ``success``, ``abnormal``, ``response_tokens``.
-    """
-    sums = task_sums(
-        batch.entropy, batch.loss_mask, batch.rewards, batch.success, batch.task_ids,
-        len(batch.task_names), abnormal=batch.abnormal,
-    )  # fmt: skip
-    sig = signals_from_sums(sums, batch.task_names)
-    out: dict[str, float] = {}
-    for name in sig.task_success:
-        p = f"task/{name}/"
-        out[p + "success"] = sig.task_success[name]
-        out[p + "reward"] = sig.task_reward[name]
-        out[p + "entropy"] = sig.task_entropy.get(name, math.nan)
-        out[p + "abnormal"] = sig.task_abnormal[name]
-        out[p + "num_episodes"] = sig.task_episodes[name]
-        out[p + "response_tokens"] = sig.task_tokens[name]
-    total = sums.sum(dim=1).tolist()
-    tokens, episodes = total[1], max(total[2], 1.0)
-    out["entropy"] = total[0] / tokens if tokens > 0 else math.nan
-    out["reward"] = total[4] / episodes
-    out["success"] = total[3] / episodes
-    out["abnormal"] = total[6] / episodes
-    out["response_tokens"] = int(round(tokens))
-    return sig, out
+def task_step(learner: Learner, task_names: list[str]) -> TaskStep:
+    """The :class:`entropace.control.TaskStep` over the learner's controllers (its clip rule
+    and PAPO controller, which hold the state) and the run's tasks."""
+    return TaskStep(
+        task_names,
+        clip_rule=learner.clip_rule,
+        polarity=learner.polarity,
+        recipe=learner.cfg.algorithm.name,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,29 +113,6 @@ def token_advantages(batch: RolloutBatch, cfg: TrainConfig) -> tuple[Tensor, Ten
     return adv_tok, keep
 
 
-def polarity_masses(polarity: Tensor, advantages: Tensor, mask: Tensor) -> tuple[float, float]:
-    """Shares of ``sum |A|`` over masked tokens that sit on ``P > 0`` / ``P < 0`` tokens."""
-    w = advantages.abs() * mask
-    total = float(w.sum())
-    if total == 0:
-        return 0.0, 0.0
-    return float((w * (polarity > 0)).sum()) / total, float((w * (polarity < 0)).sum()) / total
-
-
-def token_bounds(
-    batch: RolloutBatch, bounds: dict[str, tuple[float, float]], default: tuple[float, float]
-) -> tuple[Tensor, Tensor]:
-    """Per-trajectory clip bounds ``eps_low[B, 1]``, ``eps_high[B, 1]`` (broadcast over
-    tokens) from per-task bounds; tasks without bounds get ``default``."""
-    table = torch.tensor(
-        [bounds.get(k, default) for k in batch.task_names],
-        dtype=torch.float32,
-        device=batch.task_ids.device,
-    )
-    per_traj = table[batch.task_ids]  # [B, 2]
-    return per_traj[:, :1].contiguous(), per_traj[:, 1:].contiguous()
-
-
 # ---------------------------------------------------------------------------------------------
 # The whole update
 # ---------------------------------------------------------------------------------------------
@@ -178,14 +136,14 @@ def update_step(
         batch = dataclasses.replace(batch, entropy=prox.entropy, sensitivity=prox.sensitivity)
 
     # (a) per-task statistics (one pass), controllers before the update
-    signals, metrics = batch_signals(batch)
+    control = task_step(learner, names)
+    sums = control.sums(batch.entropy, mask, batch.rewards, batch.success, batch.task_ids,
+                        abnormal=batch.abnormal)  # fmt: skip
+    decided = control.step(sums)
+    bounds, metrics = decided.bounds, dict(decided.metrics)
     if batch.behaviour_policy is not None:  # cross-policy: share of tokens from other members
         others = (batch.behaviour_policy > 0) & (mask > 0)
         metrics["rollout/cross_policy_token_frac"] = float(others.sum() / mask.sum().clamp_min(1))
-    bounds = learner.clip_rule.on_step(signals)
-    w_plus = w_minus = 1.0
-    if learner.polarity is not None:
-        w_plus, w_minus = learner.polarity.update(metrics["entropy"])
 
     # (b) advantages [B, L] (0 off the mask) and DAPO's filter
     adv, keep = token_advantages(batch, cfg)
@@ -194,17 +152,12 @@ def update_step(
         metrics["dapo/kept_frac"] = float(keep.float().mean())
 
     # (c) PAPO: polarity P = A * S (S recorded at sampling), masses before reweighting
-    if learner.polarity is not None:
-        polarity = algos.entropy_polarity(adv, batch.sensitivity)
-        metrics["polarity/pos_mass"], metrics["polarity/neg_mass"] = polarity_masses(
-            polarity, adv, mask
-        )
-        adv = algos.polarity_reweight(adv, polarity, mask, w_plus=w_plus, w_minus=w_minus)
+    if control.polarity is not None:
+        adv, masses = control.reweight(adv, batch.sensitivity, mask)
+        metrics.update(masses)
 
-    # (d) per-token clip bounds from the per-task bounds
-    eps_low, eps_high = token_bounds(batch, bounds, (math.nan, math.nan))  # absent: no rows
-    for name, (lo, hi) in bounds.items():
-        metrics[f"task/{name}/eps_low"], metrics[f"task/{name}/eps_high"] = lo, hi
+    # (d) per-trajectory clip bounds [B, 1] from the per-task bounds
+    eps_low, eps_high = control.row_bounds(batch.task_ids)
 
     kept = keep.nonzero().flatten()
     data = MiniBatch(
@@ -283,9 +236,8 @@ def update_step(
         hi = sum(b[1] for b in searched) / len(searched)
         for name in bounds:
             metrics[f"task/{name}/eps_low"], metrics[f"task/{name}/eps_high"] = lo, hi
-    metrics.update(learner.clip_rule.metrics(bounds))  # pacer m_k, z_k; BAPO's c_low ...
-    if learner.polarity is not None:
-        metrics.update(learner.polarity.metrics())
+    if learner.clip_rule.needs_logprobs:  # BAPO's c_low ... of its last search
+        metrics.update(learner.clip_rule.metrics(bounds))
     return metrics
 
 

@@ -21,6 +21,7 @@ off by default and the recipes leave it as the user set it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ from typing import Any
 
 from entropace.control import PacerConfig, PolarityConfig
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "REQUIRES",
     "SUPPORTED",
     "UNSUPPORTED",
     "TRLRecipe",
@@ -37,22 +41,28 @@ __all__ = [
     "resolve_recipe",
 ]
 
+#: Recipe name -> the ``GRPOConfig`` fields it needs (what the algorithm IS in TRL). Every other
+#: field stays the user's: ``algorithm="grpo"`` is TRL's GRPO as the ``GRPOConfig`` says (its
+#: ``loss_type`` included), ``papo`` and the eppo recipes keep the user's aggregation. A needed
+#: field left at TRL's default is set (logged, and listed in ``trainer.entropace_changes``); one
+#: the user set to another value is refused, naming it (:func:`apply_recipe`).
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "grpo": (),
+    "dr_grpo": ("loss_type", "scale_rewards"),
+    "dapo": ("loss_type", "epsilon", "epsilon_high"),
+    "rloo": (),  # the advantages are replaced by leave-one-out ones
+    "gspo": ("importance_sampling_level", "epsilon", "epsilon_high"),
+    "eppo": ("epsilon", "epsilon_high"),  # the pacer's (eps0, eps_high0)
+    "eppo-global": ("epsilon", "epsilon_high"),
+    "eppo-notrend": ("epsilon", "epsilon_high"),
+    "eppo-success": ("epsilon", "epsilon_high"),
+    "eppo-rewardvar": ("epsilon", "epsilon_high"),
+    "eppo-shuffled": ("epsilon", "epsilon_high"),
+    "papo": (),
+    "eppo+papo": ("epsilon", "epsilon_high"),
+}
 #: Recipe names :class:`EntropaceGRPOTrainer` runs.
-SUPPORTED: tuple[str, ...] = (
-    "grpo",
-    "dr_grpo",
-    "dapo",
-    "rloo",
-    "gspo",
-    "eppo",
-    "eppo-global",
-    "eppo-notrend",
-    "eppo-success",
-    "eppo-rewardvar",
-    "eppo-shuffled",
-    "papo",
-    "eppo+papo",
-)
+SUPPORTED: tuple[str, ...] = tuple(REQUIRES)
 
 #: Recipe name -> why TRL's loss cannot express it.
 UNSUPPORTED: dict[str, str] = {
@@ -94,8 +104,9 @@ class TRLRecipe:
 
     Attributes:
         name: the recipe name.
-        trl_args: ``GRPOConfig`` fields the recipe sets (``loss_type``, ``scale_rewards``,
-            ``epsilon``, ``epsilon_high``, ``importance_sampling_level``).
+        trl_args: the ``GRPOConfig`` fields the recipe needs (:data:`REQUIRES`) and their
+            values (``loss_type``, ``scale_rewards``, ``epsilon``, ``epsilon_high``,
+            ``importance_sampling_level``); every other field is the user's.
         pacer: EPPO's pacer config (per-task clip bounds), or None (fixed bounds).
         polarity: PAPO's controller config, or None (no reweighting).
         advantage: ``"rloo"`` when the trainer replaces TRL's advantages, else None.
@@ -218,7 +229,7 @@ def resolve_recipe(
             "is TRL's GRPOConfig(delta=...)"
         )
     eps_low, eps_high = _bounds(a)
-    trl_args = {
+    mapped = {
         "loss_type": _LOSS_TYPE[a.agg],
         "scale_rewards": _SCALE_REWARDS[a.advantage],
         "epsilon": float(eps_low),
@@ -241,12 +252,7 @@ def resolve_recipe(
 
         fields = dict(get_recipe(name).overrides.get("pacer", {}))
         recipe_pacer = _merge_controller("pacer", a.pacer, pacer, PacerConfig, fields)
-        if (recipe_pacer.eps0, recipe_pacer.eps_high0 or recipe_pacer.eps0) != (
-            eps_low,
-            eps_high,
-        ):
-            trl_args["epsilon"] = recipe_pacer.eps0
-            trl_args["epsilon_high"] = recipe_pacer.eps_high0 or recipe_pacer.eps0
+        mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0
     elif pacer is not None:
         raise ValueError(f"algorithm {name!r} has no pacer; pacer= applies to the eppo recipes")
     if a.papo:
@@ -255,7 +261,7 @@ def resolve_recipe(
         raise ValueError(f"algorithm {name!r} has no PAPO; polarity= applies to papo, eppo+papo")
     return TRLRecipe(
         name=name,
-        trl_args=trl_args,
+        trl_args={key: mapped[key] for key in REQUIRES[name]},
         pacer=recipe_pacer,
         polarity=recipe_polarity,
         advantage="rloo" if a.advantage == "rloo" else None,
@@ -264,22 +270,45 @@ def resolve_recipe(
     )
 
 
-def apply_recipe(args: Any, recipe: TRLRecipe) -> None:
-    """Write the recipe's ``GRPOConfig`` fields into ``args``; warn where a value the user set
-    (one differing from TRL's default) is replaced, and show the recipe's notes."""
+def apply_recipe(args: Any, recipe: TRLRecipe) -> list[tuple[str, Any, Any]]:
+    """Make ``args`` (a ``GRPOConfig``) hold the fields the recipe needs; return the changes.
+
+    A needed field (:data:`REQUIRES`) already at the recipe's value is left alone; one at TRL's
+    default is set (logged at INFO; returned as ``(field, old, new)``); one the user set to
+    another value is refused with a ValueError naming it (``epsilon_high=None`` counts as
+    ``epsilon``, as in TRL). Every other field is the user's, untouched. The recipe's notes (where
+    a TRL run differs from entropace's trainer) are shown as warnings.
+    """
     defaults = type(args).__dataclass_fields__
+    changes: list[tuple[str, Any, Any]] = []
     for key, value in recipe.trl_args.items():
         current = getattr(args, key)
-        if key == "epsilon_high" and current is None:
-            current = args.epsilon
-        if current != value and current != defaults[key].default:
-            warnings.warn(
-                f"algorithm={recipe.name!r} sets GRPOConfig.{key}={value!r} (was {current!r})",
-                stacklevel=3,
+        effective = args.epsilon if key == "epsilon_high" and current is None else current
+        if effective == value:
+            continue
+        if current != defaults[key].default:
+            hint = (
+                "; the pacer sets the clip range: pass pacer={'eps0': ...} (and 'eps_high0') "
+                "instead"
+                if recipe.pacer is not None and key in ("epsilon", "epsilon_high")
+                else f"; drop {key} from the GRPOConfig (the algorithm sets it) or pick another "
+                "algorithm"
+            )
+            raise ValueError(
+                f"algorithm={recipe.name!r} needs GRPOConfig.{key}={value!r}, but the GRPOConfig "
+                f"sets {key}={current!r}{hint}"
             )
         setattr(args, key, value)
+        changes.append((key, current, value))
+    if changes:
+        logger.info(
+            "algorithm=%r set %s",
+            recipe.name,
+            ", ".join(f"GRPOConfig.{k}={new!r} (TRL's default {old!r})" for k, old, new in changes),
+        )
     for note in recipe.notes:
         warnings.warn(f"algorithm={recipe.name!r}: {note}", stacklevel=3)
+    return changes
 
 
 def overlong_reward(max_len: int, cache_len: int) -> Callable[..., list[float]]:

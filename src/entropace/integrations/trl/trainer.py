@@ -1,11 +1,12 @@
 """``EntropaceGRPOTrainer``: TRL's ``GRPOTrainer`` with EPPO's pacing and PAPO's reweighting.
 
-TRL 1.16 has no public hook for custom advantages or clip bounds (maintainers recommend
-overriding ``_generate_and_score_completions``, TRL issue 4525), so the subclass hooks in at
-four private methods and changes nothing else:
+The per-task arithmetic is :class:`entropace.control.TaskStep`'s (the same object our own
+trainer's update and the verl plug-in drive); this class is its adapter to TRL 1.16. TRL has no
+public hook for custom advantages or clip bounds (maintainers recommend overriding
+``_generate_and_score_completions``, TRL issue 4525), so it hooks in where it must:
 
-1. ``_generate_and_score_completions``: after TRL's own (generation, rewards, advantages),
-   once per generation batch (= one of our trainer's steps):
+1. ``_generate_and_score_completions`` (private, the recommended one): after TRL's own
+   (generation, rewards, advantages), once per generation batch (= one of our trainer's steps):
 
    a. statistics of the completion tokens at the sampling temperature: collected while
       ``transformers.generate`` samples (a logits processor,
@@ -13,34 +14,34 @@ four private methods and changes nothing else:
       with vLLM / tools, in one chunked no-grad pass of the policy
       (:func:`~entropace.integrations.trl.stats.completion_token_stats`); entropace's
       multi-turn rollouts bring their own, computed by our rollout engine;
-   b. per-task sums of entropy / tokens / episodes / success / reward / reward^2, SUM-reduced
-      across processes, so every rank sees the global batch's numbers;
-   c. EPPO: the ``pacer`` clip rule (``entropace.control.build_clip_rule``, around
-      :class:`~entropace.control.EntropyPacer`) steps on these signals (``h_k``, or the success
-      rate / reward variance for the ablations), and every completion gets its task's bounds
-      as ``[B, 1]`` tensors ``entropace_eps_low`` / ``entropace_eps_high`` in the batch;
-   d. RLOO: leave-one-out advantages from the global rewards replace TRL's;
-   e. PAPO: :class:`~entropace.control.PolarityController` updates from the global mean token
-      entropy; polarity ``P = A S`` and :func:`~entropace.algos.polarity_reweight` turn the
-      ``(B,)`` advantages into ``(B, T)`` ones (with several processes the ``sum |A|``
-      preserving factor is the global one, as for a one-process run on the global batch);
-   f. metrics into TRL's ``self._metrics`` (``entropace/task/<k>/eps_low`` ...).
-2. ``_compute_loss``: TRL's own, with ``self.epsilon_low`` / ``self.epsilon_high`` set to the
-   batch's ``[B, 1]`` bound tensors for the call, so TRL's
-   ``torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)`` clips each completion with its
-   task's ``eps_k`` (and TRL's clip-ratio metrics use the same bounds).
-3. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the controllers' JSON state in
-   ``checkpoint-<step>/entropace_state.json``, restored by ``resume_from_checkpoint``.
-4. ``_calculate_rewards``: keeps the gathered rewards for (b) and (d).
+   b. the TaskStep's per-task sums, SUM-reduced across processes, then ``TaskStep.step``: EPPO's
+      pacer and PAPO's controller advance (train batches only), and every completion gets its
+      task's bounds as ``[B, 1]`` tensors ``entropace_eps_low`` / ``entropace_eps_high``;
+   c. RLOO: leave-one-out advantages from the global rewards replace TRL's;
+   d. PAPO: ``TaskStep.reweight`` turns the ``(B,)`` advantages into ``(B, T)`` ones (with
+      several processes the ``sum |A|`` preserving factor is the global one);
+   e. the TaskStep's metrics into TRL's ``self._metrics`` as ``entropace/<name>`` (W&B, MLflow,
+      TensorBoard ... through TRL's ``report_to``).
+2. ``compute_loss`` (the public ``Trainer`` override point): TRL's own, with
+   ``self.epsilon_low`` / ``self.epsilon_high`` set to the batch's ``[B, 1]`` bound tensors for
+   the call, so TRL's ``torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)`` clips each
+   completion with its task's ``eps_k`` (and TRL's clip-ratio metrics use the same bounds).
+3. Checkpoints: :class:`EntropaceStateCallback`, a ``TrainerCallback`` whose ``on_save`` writes
+   the TaskStep's state to ``checkpoint-<step>/entropace_state.json`` with each of TRL's
+   checkpoints and whose ``on_train_begin`` loads it back, validated, when ``train`` resumes
+   (``resume_from_checkpoint``); a checkpoint without the file, or with a bad one, is an error
+   naming it.
+4. ``_calculate_rewards``: keeps the gathered rewards for (b) and (c).
 
-With ``algorithm="grpo"`` (and ``dr_grpo``, ``dapo``, ``gspo``) steps (a), (c)-(e) are off: the
-losses, gradients and weights are TRL's exactly (tested); only per-task reward / success
-metrics are added when the dataset has a task column.
+``GRPOConfig``: a recipe sets only the fields it needs (:data:`~entropace.integrations.trl.
+recipes.REQUIRES`), where the user left TRL's default, and refuses a conflicting user value; with
+``algorithm="grpo"`` the losses, gradients and weights are TRL's exactly for the same
+``GRPOConfig`` (tested), with per-task reward / success metrics added when the dataset has a task
+column.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -48,18 +49,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
-from entropace.control import (
-    ClipSettings,
-    PacerConfig,
-    PolarityConfig,
-    PolarityController,
-    build_clip_rule,
-    signals_from_sums,
-    task_sums,
-)
+from entropace.control import ClipSettings, PacerConfig, PolarityConfig, StateError, TaskStep
 from entropace.integrations.trl.recipes import (
     TRLRecipe,
     apply_recipe,
@@ -72,14 +66,16 @@ from entropace.integrations.trl.stats import (
     completion_token_stats,
     rows_to_tensor,
 )
-from entropace.integrations.trl.steps import (
-    batch_entropy,
-    completion_bounds,
-    global_polarity_reweight,
-    rloo_slice,
-)
+from entropace.integrations.trl.steps import rloo_slice
 
-__all__ = ["EntropaceGRPOTrainer", "EPS_HIGH_KEY", "EPS_LOW_KEY", "STATE_FILE", "TASK_IDS_KEY"]
+__all__ = [
+    "EPS_HIGH_KEY",
+    "EPS_LOW_KEY",
+    "STATE_FILE",
+    "TASK_IDS_KEY",
+    "EntropaceGRPOTrainer",
+    "EntropaceStateCallback",
+]
 
 #: Batch keys of the per-completion clip bounds (``[B, 1]`` float32).
 EPS_LOW_KEY = "entropace_eps_low"
@@ -102,9 +98,10 @@ class EntropaceGRPOTrainer(GRPOTrainer):
     Args:
         model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs:
             as for ``trl.GRPOTrainer`` (``rollout_func``, ``peft_config``, ``callbacks`` ...).
-        algorithm: a name of :data:`entropace.integrations.trl.SUPPORTED`. Its TRL fields
-            (``loss_type``, ``scale_rewards``, ``epsilon``, ``epsilon_high``,
-            ``importance_sampling_level``) are written into ``args``.
+        algorithm: a name of :data:`entropace.integrations.trl.SUPPORTED`. The ``GRPOConfig``
+            fields it needs (:data:`~entropace.integrations.trl.recipes.REQUIRES`) are set in
+            ``args`` where the user left TRL's default (listed in :attr:`entropace_changes`),
+            a conflicting user value is refused; every other field is the user's.
         pacer: EPPO's :class:`~entropace.control.PacerConfig` (or a mapping of its fields).
         polarity: PAPO's :class:`~entropace.control.PolarityConfig` (or a mapping).
         algorithm_overrides: further ``AlgorithmConfig`` fields of the recipe.
@@ -153,7 +150,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
             overrides=algorithm_overrides,
             max_completion_length=args.max_completion_length,
         )
-        apply_recipe(args, recipe)
+        self.entropace_changes = apply_recipe(args, recipe)
         if recipe.overlong is not None:
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
             reward_funcs = [f for f in funcs if f is not None] + [overlong_reward(*recipe.overlong)]
@@ -170,22 +167,17 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self.stats_from_generation = bool(stats_from_generation)
         self._generation_stats: Any = None
         self.task_names = self._find_task_names(train_dataset, task_column, task_names, recipe)
-        self._task_index = {name: k for k, name in enumerate(self.task_names)}
-        self.clip_rule = (
-            build_clip_rule(
-                "pacer",
-                ClipSettings(
-                    eps_low=recipe.trl_args["epsilon"],
-                    eps_high=recipe.trl_args["epsilon_high"],
-                    pacer=recipe.pacer,
-                ),
-            )
-            if recipe.pacer is not None
-            else None
+        eps = args.epsilon, args.epsilon if args.epsilon_high is None else args.epsilon_high
+        self.entropace_step = TaskStep(
+            self.task_names,
+            clip_rule="pacer" if recipe.pacer is not None else "fixed",
+            clip=ClipSettings(eps_low=eps[0], eps_high=eps[1], pacer=recipe.pacer or PacerConfig()),
+            polarity=recipe.polarity,
+            recipe=recipe.name,
         )
-        self.polarity_controller = (
-            PolarityController(config=recipe.polarity) if recipe.polarity is not None else None
-        )
+        self._resume_checkpoint: str | None = None
+        callbacks = [*(kwargs.pop("callbacks", None) or []), EntropaceStateCallback(self)]
+        kwargs["callbacks"] = callbacks
         self._entropace_inputs: list[dict[str, Any]] | None = None
         self._rewards_per_func: Tensor | None = None
         super().__init__(
@@ -201,7 +193,12 @@ class EntropaceGRPOTrainer(GRPOTrainer):
     @property
     def pacer(self) -> Any:
         """EPPO's :class:`~entropace.control.EntropyPacer` (None when the recipe has none)."""
-        return self.clip_rule.pacer if self.clip_rule is not None else None
+        return getattr(self.entropace_step.rule, "pacer", None)
+
+    @property
+    def polarity_controller(self) -> Any:
+        """PAPO's :class:`~entropace.control.PolarityController` (None without PAPO)."""
+        return self.entropace_step.polarity
 
     # ------------------------------------------------------------------------------ set-up
     @staticmethod
@@ -282,31 +279,45 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         return self._entropace_process(output, inputs, mode)
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Tensor:
+        """TRL's loss with each completion's ``[B, 1]`` clip bounds in TRL's clamp."""
         if EPS_LOW_KEY not in inputs:
-            return super()._compute_loss(model, inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         saved = self.epsilon_low, self.epsilon_high
         self.epsilon_low, self.epsilon_high = inputs[EPS_LOW_KEY], inputs[EPS_HIGH_KEY]
         try:
-            return super()._compute_loss(model, inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self.epsilon_low, self.epsilon_high = saved
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """``Trainer.train``; remembers the checkpoint a resume starts from, whose
+        ``entropace_state.json`` :class:`EntropaceStateCallback` loads."""
+        path = resume_from_checkpoint
+        if path is True:
+            path = get_last_checkpoint(self.args.output_dir)
+        self._resume_checkpoint = str(path) if isinstance(path, str | os.PathLike) else None
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        finally:
+            self._resume_checkpoint = None
+
     # ----------------------------------------------------------------------- the per-step work
     def _task_ids(self, inputs: list[dict[str, Any]], device: torch.device) -> Tensor:
-        if len(self.task_names) == 1 and self.task_names == ["all"]:
-            if all(self.task_column not in x for x in inputs):
-                return torch.zeros(len(inputs), dtype=torch.long, device=device)
-        ids = []
-        for x in inputs:
-            name = str(x.get(self.task_column))
-            if name not in self._task_index:
-                raise ValueError(
-                    f"prompt with {self.task_column}={name!r}, which is not among the task "
-                    f"names {self.task_names}; pass task_names=[...] listing every task"
-                )
-            ids.append(self._task_index[name])
-        return torch.tensor(ids, dtype=torch.long, device=device)
+        if self.task_names == ["all"] and all(self.task_column not in x for x in inputs):
+            return torch.zeros(len(inputs), dtype=torch.long, device=device)
+        try:
+            return self.entropace_step.task_ids([x.get(self.task_column) for x in inputs], device)
+        except ValueError as exc:
+            raise ValueError(
+                f"a prompt's {self.task_column}: {exc}; pass task_names=[...] listing every task"
+            ) from None
 
     def _global_rewards(self, device: torch.device) -> Tensor:
         """Total weighted reward of every completion of the global batch (NaN: unscorable)."""
@@ -371,8 +382,8 @@ class EntropaceGRPOTrainer(GRPOTrainer):
     def _entropace_process(
         self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
     ) -> dict[str, Any]:
-        """Steps (a)-(f) of the module docstring on TRL's scored batch ``output``."""
-        recipe = self.entropace_recipe
+        """Steps (b)-(e) of the module docstring on TRL's scored batch ``output``."""
+        recipe, step = self.entropace_recipe, self.entropace_step
         track = self.task_names != ["all"] or recipe.needs_stats
         if not track and recipe.advantage is None:
             return output
@@ -392,117 +403,74 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         abnormal = None
         if inputs and all(ROLLOUT_ABNORMAL_KEY in x for x in inputs):
             abnormal = torch.tensor([bool(x[ROLLOUT_ABNORMAL_KEY]) for x in inputs], device=device)
-        sums = task_sums(
+        sums = step.sums(
             entropy if entropy is not None else torch.zeros_like(mask),
-            mask if entropy is not None else torch.zeros_like(mask),
+            mask,
             torch.nan_to_num(rewards, nan=0.0),
             success,
             task_ids,
-            len(self.task_names),
             abnormal=abnormal,
         )
         sums = self._reduce(sums)  # the global batch's sums, on every rank
-        signals = signals_from_sums(sums, self.task_names)
-        present = list(signals.task_success)
-        metrics: dict[str, float] = {}
-        for name in present:
-            metrics[f"task/{name}/success"] = signals.task_success[name]
-            metrics[f"task/{name}/reward"] = signals.task_reward[name]
-            if name in signals.task_entropy:
-                metrics[f"task/{name}/entropy"] = signals.task_entropy[name]
-            if abnormal is not None:
-                metrics[f"task/{name}/abnormal"] = signals.task_abnormal[name]
+        # EPPO / PAPO controllers move on train batches only; bounds for every completion
+        step.step(sums, train=mode == "train", abnormal=abnormal is not None)
         output[TASK_IDS_KEY] = task_ids  # [B] index into task_names (metrics, debugging)
-
-        # EPPO: the clip rule updates from this batch (train mode), each completion gets its
-        # task's bounds in TRL's clamp
-        if self.clip_rule is not None:
-            cfg = self.pacer.config
-            default = (cfg.eps0, cfg.eps0 if cfg.eps_high0 is None else cfg.eps_high0)
-            if mode == "train":
-                bounds = self.clip_rule.on_step(signals)
-            else:
-                bounds = {k: tuple(v) for k, v in self.pacer.bounds().items()}
-            output[EPS_LOW_KEY], output[EPS_HIGH_KEY] = completion_bounds(
-                bounds, self.task_names, task_ids, default
-            )
-            for name in present:
-                lo, hi = bounds.get(name, default)
-                metrics[f"task/{name}/eps_low"] = lo
-                metrics[f"task/{name}/eps_high"] = hi
-            metrics.update(self.clip_rule.metrics(present))
+        if recipe.pacer is not None:
+            output[EPS_LOW_KEY], output[EPS_HIGH_KEY] = step.row_bounds(task_ids)
         if recipe.advantage == "rloo":
             rows = slice(rank * local, (rank + 1) * local)
             output["advantages"] = rloo_slice(rewards_all, self.num_generations, rows)
-        # PAPO: the controller updates from the global mean entropy, then (B, T) advantages
-        ctrl = self.polarity_controller
-        if ctrl is not None and mode == "train":
+        if step.polarity is not None and mode == "train":
             assert sensitivity is not None
-            h = batch_entropy(sums)
-            if h == h:  # not NaN: some token was scored
-                ctrl.update(h)
-            output["advantages"], masses = global_polarity_reweight(
+            output["advantages"], _ = step.reweight(
                 output["advantages"],
                 sensitivity,
                 mask,
-                w_plus=ctrl.w_plus,
-                w_minus=ctrl.w_minus,
                 reduce=self._reduce,
                 world_size=self.accelerator.num_processes,
             )
-            metrics.update({f"polarity/{k}": v for k, v in masses.items()})
-            metrics.update(ctrl.metrics())
-        for key, value in metrics.items():
-            self._metrics[mode][f"entropace/{key}"].append(float(value))
+        for key, value in step.metrics.items():
+            if not recipe.needs_stats and key.endswith("entropy"):
+                continue  # no statistics pass: the entropy was not measured
+            if value == value:  # NaN (a task without scored tokens) is not logged
+                self._metrics[mode][f"entropace/{key}"].append(float(value))
         return output
 
     # --------------------------------------------------------------------------- checkpoints
     def entropace_state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state of the controllers (what each checkpoint stores)."""
-        return {
-            "version": 1,
-            "algorithm": self.entropace_recipe.name,
-            "task_names": list(self.task_names),
-            "pacer": self.clip_rule.state_dict() if self.clip_rule is not None else None,
-            "polarity": (
-                self.polarity_controller.state_dict()
-                if self.polarity_controller is not None
-                else None
-            ),
-        }
+        """The controllers' state (:meth:`entropace.control.TaskStep.state_dict`)."""
+        return self.entropace_step.state_dict()
 
-    def load_entropace_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`entropace_state_dict` output (the algorithm must match)."""
-        if state.get("algorithm") != self.entropace_recipe.name:
-            raise ValueError(
-                f"checkpoint was written by algorithm={state.get('algorithm')!r}, this trainer "
-                f"runs {self.entropace_recipe.name!r}"
-            )
-        if self.clip_rule is not None and state.get("pacer") is not None:
-            self.clip_rule.load_state_dict(state["pacer"])
-        if self.polarity_controller is not None and state.get("polarity") is not None:
-            self.polarity_controller.load_state_dict(state["polarity"])
+    def load_entropace_state_dict(self, state: Any, source: str = "entropace state") -> None:
+        """Restore :meth:`entropace_state_dict` output, validated (a :class:`StateError` naming
+        ``source`` otherwise)."""
+        self.entropace_step.load_state_dict(state, source=source)
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:
-            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            path = os.path.join(self._get_output_dir(trial=trial), folder, STATE_FILE)
-            tmp = path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(self.entropace_state_dict(), fh, indent=1)
-            os.replace(tmp, path)
 
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
+class EntropaceStateCallback(TrainerCallback):
+    """Saves the trainer's :class:`~entropace.control.TaskStep` state with every TRL checkpoint
+    (``checkpoint-<step>/entropace_state.json``, written on ``on_save``) and loads it, validated,
+    when ``train(resume_from_checkpoint=...)`` resumes (``on_train_begin``, after TRL restored
+    its own state). Added by :class:`EntropaceGRPOTrainer` itself."""
+
+    def __init__(self, trainer: EntropaceGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        checkpoint = self.trainer._resume_checkpoint
         if checkpoint is None:
             return
         path = os.path.join(checkpoint, STATE_FILE)
-        if os.path.exists(path):
-            with open(path) as fh:
-                self.load_entropace_state_dict(json.load(fh))
-        elif self.pacer is not None or self.polarity_controller is not None:
-            warnings.warn(
-                f"{checkpoint} has no {STATE_FILE}: the entropace controllers start fresh",
-                stacklevel=2,
+        if not os.path.exists(path):
+            raise StateError(
+                f"{path}: missing; the checkpoint was not written by EntropaceGRPOTrainer and the "
+                "entropace controllers cannot resume exactly (start a fresh run instead)"
             )
+        self.trainer.entropace_step.load_state_file(path)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not args.should_save:
+            return
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if os.path.isdir(folder):
+            self.trainer.entropace_step.save_state_file(os.path.join(folder, STATE_FILE))

@@ -11,10 +11,12 @@ float32 copy of the whole batch), when the micro-batch asks for it (non-tensor k
 returns ``model_output["entropace_sensitivity"]`` laid out like ``log_probs`` (nested, one value
 per position, the statistic of the distribution that predicted the next token).
 
-Without the key, the engine is verl's, unchanged. It is registered for
+Without the key, the engine is verl's, unchanged. :func:`register_engine` registers it for
 ``model_type="language_model"``, backends ``fsdp`` / ``fsdp2``, ``device="cuda"``,
-``vendor="nvidia"`` (verl looks up ``(device, vendor)`` before ``device``), so on NVIDIA GPUs
-verl builds this class. Supported layout: ``use_remove_padding=True`` without fused kernels
+``vendor="nvidia"`` (verl looks up ``(device, vendor)`` before ``device``), so that on NVIDIA
+GPUs verl builds this class; nothing registers it on ``import verl``: the entropace trainer's
+actor workers call it in their own processes, and a user composing another trainer calls it
+explicitly (in the processes that build the engine). Supported layout: ``use_remove_padding=True`` without fused kernels
 (verl's recommended FSDP setting), Ulysses sequence parallelism included; anything else raises
 a clear error when PAPO asks for the sensitivity.
 """

@@ -1,6 +1,7 @@
 """The driver-side EPPO / PAPO step logic on a verl batch (plain tensors, no Ray, no workers).
 
-:class:`EntropaceHook` holds the controllers and is called twice per training step by the
+:class:`EntropaceHook` is the verl adapter of :class:`entropace.control.TaskStep` (the per-task
+step our own trainer and the TRL plug-in drive too) and is called twice per training step by the
 entropace trainer (:mod:`entropace.integrations.verl.trainer`), on padded ``DataProto`` batches:
 
 1. :meth:`EntropaceHook.on_old_log_prob`, after verl's old-log-prob pass (``batch["entropy"]``,
@@ -20,9 +21,8 @@ Episode reward: ``sum_t token_level_scores`` (``rm_scores``) when present, else 
 non-tensor field ``entropace_success`` when present (the entropace agent loop writes it), else
 ``reward > 0``.
 
-Metrics (prefixed ``entropace/``): ``task/<k>/{entropy,success,reward,eps_low,eps_high}``, the
-clip rule's ``task/<k>/pace_{m,z,delta,ref}``, ``polarity/{w_plus,w_minus,u,rho}`` and
-``polarity/{pos_mass,neg_mass}``: the same names as entropace's trainer and the TRL plug-in.
+Metrics: the TaskStep's (:mod:`entropace.control.task_step`), prefixed ``entropace/``: the same
+names as entropace's trainer and the TRL plug-in.
 """
 
 from __future__ import annotations
@@ -33,16 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from entropace import algos
-from entropace.control import (
-    ClipSettings,
-    PolarityController,
-    build_clip_rule,
-    signals_from_sums,
-    task_sums,
-)
+from entropace.control import ClipSettings, TaskStep
 from entropace.integrations.verl.losses import BOUND_FIELDS, OPTIONS_FIELD
 
 __all__ = [
@@ -67,7 +59,6 @@ LOSS_RECIPES: dict[str, str] = {
     "dcpo": "dcpo",
     "ce_gppo": "ce_gppo",
 }
-_STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -150,6 +141,13 @@ def settings_from_config(config: Any) -> HookSettings:
         pacer=a.pacer,
         bapo=a.bapo,
     )
+    if a.clip_rule == "pacer" and (settings.eps_low, settings.eps_high) != a.pacer.bounds0:
+        raise ValueError(
+            f"entropace.algorithm={recipe!r} paces the clip range from pacer.eps0 / eps_high0 "
+            f"{a.pacer.bounds0}, but actor_rollout_ref.actor.clip_ratio_low / clip_ratio_high "
+            f"are ({settings.eps_low}, {settings.eps_high}); set the pacer's with "
+            "entropace.options.pacer.eps0 (and eps_high0), or make the clip ratios equal to them"
+        )
     return HookSettings(
         recipe=recipe,
         clip_rule=a.clip_rule,
@@ -160,24 +158,34 @@ def settings_from_config(config: Any) -> HookSettings:
     )
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
-    m = mask.to(torch.float64)
-    return float((torch.where(mask.bool(), values.to(torch.float64), 0.0) * m).sum()) / max(
-        float(m.sum()), 1.0
-    )
-
-
 class EntropaceHook:
-    """EPPO's pacer and PAPO's controller driven by verl batches (see the module docstring)."""
+    """The verl adapter of :class:`entropace.control.TaskStep` (see the module docstring)."""
 
     def __init__(self, settings: HookSettings) -> None:
         self.settings = settings
-        self.rule = build_clip_rule(settings.clip_rule, settings.clip)
-        self.polarity = PolarityController(config=settings.polarity) if settings.papo else None
-        self.tasks: list[str] = []  # every task seen, in first-seen order
-        self._step_tasks: list[str] = []
-        self._weights: tuple[float, float] = (1.0, 1.0)
+        self.step = TaskStep(
+            None,  # the tasks are the data_source values, indexed as they first appear
+            clip_rule=settings.clip_rule,
+            clip=settings.clip,
+            polarity=settings.polarity if settings.papo else None,
+            recipe=settings.recipe,
+        )
         self.metrics: dict[str, float] = {}
+
+    @property
+    def rule(self) -> Any:
+        """The clip rule (EPPO's pacer, or fixed bounds)."""
+        return self.step.rule
+
+    @property
+    def polarity(self) -> Any:
+        """PAPO's controller (None without PAPO)."""
+        return self.step.polarity
+
+    @property
+    def tasks(self) -> list[str]:
+        """Every task seen, in first-seen order."""
+        return self.step.tasks
 
     @property
     def writes_bounds(self) -> bool:
@@ -190,14 +198,6 @@ class EntropaceHook:
         return self.polarity is not None
 
     # ------------------------------------------------------------------------------- step 1
-    def _task_ids(self, sources: Sequence[Any]) -> tuple[Tensor, list[str]]:
-        names = [str(s) for s in sources]
-        for n in names:
-            if n not in self.tasks:
-                self.tasks.append(n)
-        index = {n: i for i, n in enumerate(self.tasks)}
-        return torch.tensor([index[n] for n in names], dtype=torch.long), self.tasks
-
     def on_old_log_prob(self, data: Any, valid: Sequence[bool] | None = None) -> dict[str, float]:
         """Pace the clip range from this step's rollout and attach the per-token bounds.
 
@@ -210,8 +210,9 @@ class EntropaceHook:
                 samples, which copy a real row's fields): they enter no statistic.
 
         Returns:
-            the step's metrics so far (also kept in :attr:`metrics`). When the rule is the
-            pacer, ``data.batch`` gains :data:`BOUND_FIELDS` (``[B, T]``, float32).
+            the step's metrics so far, prefixed (also kept, unprefixed, in :attr:`metrics`).
+            When the rule is the pacer, ``data.batch`` gains :data:`BOUND_FIELDS` (``[B, T]``,
+            float32).
         """
         batch = data.batch
         entropy, mask = batch["entropy"], batch["response_mask"]
@@ -220,8 +221,7 @@ class EntropaceHook:
                 "the entropace trainer needs each row's task in non_tensor_batch['data_source'] "
                 "(the dataset's data_source column)"
             )
-        sources = list(data.non_tensor_batch["data_source"])
-        task_ids, names = self._task_ids(sources)
+        task_ids = self.step.task_ids(list(data.non_tensor_batch["data_source"]))
         scores = None
         for key in ("token_level_scores", "rm_scores"):
             if key in batch.keys():
@@ -247,46 +247,26 @@ class EntropaceHook:
                     f"valid must have one entry per row ({b}); got {tuple(keep.shape)}"
                 )
             rows = rows[keep]
-        sums = task_sums(
+        sums = self.step.sums(
             entropy.detach().cpu()[rows],
             mask.detach().cpu()[rows],
             rewards[rows],
             success[rows],
             task_ids[rows],
-            len(names),
         )
-        signals = signals_from_sums(sums, names)
-        bounds = self.rule.on_step(signals)
-        present = [n for n in names if n in signals.task_episodes]
-        self._step_tasks = present
-        metrics: dict[str, float] = {}
-        default = (self.settings.clip.eps_low, self.settings.clip.eps_high)
-        for k in present:
-            lo, hi = bounds.get(k, default) if self.writes_bounds else default
-            if k in signals.task_entropy:
-                metrics[f"task/{k}/entropy"] = signals.task_entropy[k]
-            metrics[f"task/{k}/success"] = signals.task_success[k]
-            metrics[f"task/{k}/reward"] = signals.task_reward[k]
-            metrics[f"task/{k}/eps_low"] = float(lo)
-            metrics[f"task/{k}/eps_high"] = float(hi)
-        metrics.update(self.rule.metrics(present))
+        self.step.step(sums, abnormal=False)
         if self.writes_bounds:
-            table = torch.tensor(
-                [bounds.get(n, default) for n in names], dtype=torch.float32
-            )  # [K, 2]
-            per_row = table[task_ids]  # [B, 2]
+            low, high = self.step.row_bounds(task_ids)  # [B, 1]
             shape = mask.shape
-            batch[BOUND_FIELDS[0]] = per_row[:, :1].expand(shape).contiguous().to(mask.device)
-            batch[BOUND_FIELDS[1]] = per_row[:, 1:].expand(shape).contiguous().to(mask.device)
-        if self.polarity is not None:
-            self._weights = self.polarity.update(_masked_mean(entropy, mask))
-            metrics.update(self.polarity.metrics())
-        self.metrics = metrics
-        return self.prefixed(metrics)
+            batch[BOUND_FIELDS[0]] = low.expand(shape).contiguous().to(mask.device)
+            batch[BOUND_FIELDS[1]] = high.expand(shape).contiguous().to(mask.device)
+        self.metrics = self.step.metrics
+        return self.prefixed(self.metrics)
 
     # ------------------------------------------------------------------------------- step 2
     def on_advantages(self, data: Any) -> dict[str, float]:
-        """PAPO: reweight ``batch["advantages"]`` in place by entropy polarity.
+        """PAPO: reweight ``batch["advantages"]`` in place by entropy polarity
+        (:meth:`entropace.control.TaskStep.reweight`).
 
         Args:
             data: a ``DataProto`` with ``batch["advantages"]``, ``batch["response_mask"]`` and
@@ -307,19 +287,10 @@ class EntropaceHook:
             )
         adv, mask = batch["advantages"], batch["response_mask"]
         sens = batch[SENSITIVITY_FIELD].to(adv.device, adv.dtype)
-        polarity = algos.entropy_polarity(adv, sens)
-        keep = mask.bool()
-        w = torch.where(keep, adv.abs(), 0.0).to(torch.float64)
-        total = float(w.sum())
-        pos = float((w * (polarity > 0)).sum()) / total if total > 0 else 0.0
-        neg = float((w * (polarity < 0)).sum()) / total if total > 0 else 0.0
-        w_plus, w_minus = self._weights
-        batch["advantages"] = algos.polarity_reweight(
-            adv, polarity, mask, w_plus=w_plus, w_minus=w_minus
-        )
-        extra = {"polarity/pos_mass": pos, "polarity/neg_mass": neg}
-        self.metrics.update(extra)
-        return self.prefixed(extra)
+        out, masses = self.step.reweight(adv, sens, mask)
+        batch["advantages"] = out.to(adv.dtype)
+        self.metrics = self.step.metrics
+        return self.prefixed(masses)
 
     # ---------------------------------------------------------------------------- utilities
     @property
@@ -333,30 +304,15 @@ class EntropaceHook:
         return {f"{PREFIX}{k}": float(v) for k, v in metrics.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable controller state (saved next to verl's checkpoint)."""
-        return {
-            "version": _STATE_VERSION,
-            "recipe": self.settings.recipe,
-            "tasks": list(self.tasks),
-            "rule": self.rule.state_dict(),
-            "polarity": None if self.polarity is None else self.polarity.state_dict(),
-            "weights": list(self._weights),
-        }
+        """The controllers' state (:meth:`entropace.control.TaskStep.state_dict`), saved next
+        to verl's checkpoint."""
+        return self.step.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (same recipe and controller configs)."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"entropace verl state: unknown version {state.get('version')!r}")
-        if state.get("recipe") != self.settings.recipe:
-            raise ValueError(
-                f"entropace verl state was saved by recipe {state.get('recipe')!r}, this run "
-                f"uses {self.settings.recipe!r}"
-            )
-        self.tasks = list(state["tasks"])
-        self.rule.load_state_dict(dict(state["rule"]))
-        if self.polarity is not None:
-            if state.get("polarity") is None:
-                raise ValueError("entropace verl state has no PAPO controller state")
-            self.polarity.load_state_dict(state["polarity"])
-        w = state.get("weights", [1.0, 1.0])
-        self._weights = (float(w[0]), float(w[1]))
+    def load_state_dict(self, state: Any, source: str = "entropace verl state") -> None:
+        """Restore :meth:`state_dict` output, validated (a
+        :class:`~entropace.control.StateError` naming ``source`` otherwise)."""
+        self.step.load_state_dict(state, source=source)
+
+    def load_state_file(self, path: str) -> None:
+        """:meth:`load_state_dict` of the JSON file ``path`` (errors name it)."""
+        self.step.load_state_file(path)

@@ -5,9 +5,15 @@ verl 0.9.1's ``verl/__init__.py`` loads each entry point of the ``verl.plugins``
 module never raises: what it registered and what it could not (with the reason) are in
 :data:`REGISTERED` and :data:`FAILED`.
 
-- The policy losses are registered always (light: ``verl.trainer.ppo.core_algos``).
-- The trainer, the engine and the agent loop need verl's heavier stack (TransferQueue, the
-  FSDP engine, the agent-loop server stack); each registers if its imports succeed.
+- The policy losses are registered always (light: ``verl.trainer.ppo.core_algos``), under names
+  of their own (``eppo``, ``papo`` ...): a plain verl run never selects them.
+- The trainer (``trainer.v1.trainer_mode=entropace``) and the agent loop (``entropace``) need
+  verl's heavier stack (TransferQueue, the agent-loop server stack); each registers if its
+  imports succeed, again under names a plain run never selects.
+- NOT the FSDP engine: replacing verl's engine class would change every plain verl run in the
+  environment. It is registered only where asked: by the entropace trainer's own actor workers
+  (in their processes, before they build their engine), or explicitly with
+  :func:`entropace.integrations.verl.engine.register_engine`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ FAILED: dict[str, str] = {}
 
 _PARTS: dict[str, str] = {
     "losses": "entropace.integrations.verl.losses:register_losses",
-    "engine": "entropace.integrations.verl.engine:register_engine",
     "trainer": "entropace.integrations.verl.trainer:register_trainer_cls",
     "agent_loop": "entropace.integrations.verl.agent_loop:register_agent_loop",
 }

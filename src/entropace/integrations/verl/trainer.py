@@ -1,7 +1,9 @@
-"""The ``entropace`` trainer for verl 0.9.1's V1 trainer (``trainer.v1.trainer_mode=entropace``).
+"""The ``entropace`` trainers for verl 0.9.1's V1 trainer (``trainer.v1.trainer_mode=entropace``,
+or ``entropace_colocate_async``).
 
-A subclass of verl's synchronous ``PPOTrainerSync``, registered with verl's
-``register_trainer``. It changes four steps of verl's pipeline and nothing else:
+Subclasses of verl's synchronous ``PPOTrainerSync`` and of its colocated asynchronous
+``PPOTrainerColocateAsync``, registered with verl's ``register_trainer``. Both change the same
+four steps of verl's pipeline (the step hooks all V1 trainers share) and nothing else:
 
 1. workers: the actor worker is :class:`EntropaceActorRolloutRefWorker`, whose loss function
    reads the per-token bounds from the batch (:class:`~entropace.integrations.verl.losses.
@@ -14,8 +16,9 @@ A subclass of verl's synchronous ``PPOTrainerSync``, registered with verl's
    controller advances;
 3. after verl's advantage estimator: PAPO reweights ``advantages``;
 4. checkpoints: the controllers' JSON state is written to ``global_step_<n>/entropace.json``
-   (before verl's own files and tracker, so a checkpoint verl can resume always has it) and read
-   back on resume.
+   (``_save_checkpoint``, before verl's own files and tracker, so a checkpoint verl can resume
+   always has it) and read back, validated, on resume (verl's public ``on_init_end`` hook, after
+   verl loaded its checkpoint).
 
 Metrics (``entropace/task/<k>/eps_low``, ``.../entropy``, ``.../pace_z``,
 ``entropace/polarity/...``) go into the step's metrics, hence verl's tracking. The driver logic
@@ -24,7 +27,6 @@ itself is :class:`~entropace.integrations.verl.hooks.EntropaceHook`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any
@@ -38,12 +40,14 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-from entropace.integrations.verl.engine import FLAG
+from entropace.control import StateError
+from entropace.integrations.verl.engine import FLAG, register_engine
 from entropace.integrations.verl.hooks import (
     SENSITIVITY_FIELD,
     SUCCESS_FIELD,
@@ -54,8 +58,10 @@ from entropace.integrations.verl.losses import BOUND_FIELDS, EntropaceLossFn
 
 __all__ = [
     "STATE_FILE",
+    "TRAINERS",
     "TRAINER_NAME",
     "EntropaceActorRolloutRefWorker",
+    "EntropaceColocateAsyncTrainer",
     "EntropacePPOTrainer",
     "register_trainer_cls",
 ]
@@ -68,10 +74,14 @@ _ACTOR_ROLES = (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef)
 
 
 class EntropaceActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's actor/rollout/ref worker whose actor loss reads entropace's per-token bounds."""
+    """verl's actor/rollout/ref worker whose actor loss reads entropace's per-token bounds, and
+    whose engine is entropace's FSDP engine (verl's, plus PAPO's sensitivity when asked):
+    registered here, in this worker's process, before verl builds the engine, so that only
+    the entropace trainer's workers use it."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
+        register_engine()
         super().init_model()
         if getattr(self, "actor", None) is not None and self.loss_fn is not None:
             self.loss_fn = EntropaceLossFn(self.loss_fn)
@@ -97,8 +107,13 @@ def _non_tensor_list(data: TensorDict, name: str) -> list[Any] | None:
     return list(value)
 
 
-class EntropacePPOTrainer(PPOTrainerSync):
-    """verl's synchronous PPO trainer with EPPO / PAPO (see the module docstring)."""
+class _EntropaceSteps:
+    """EPPO / PAPO in the step hooks every verl V1 trainer shares (``PPOTrainer``'s
+    ``_compute_old_log_prob``, ``_compute_advantage``, ``_update_actor``, checkpoints); the
+    lifecycle (``on_step_end``, weight sync, warm-up batches ...) stays the base trainer's.
+    ``base_mode`` is the verl trainer mode whose replay buffer and options it runs with."""
+
+    base_mode: str = "sync"
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -112,11 +127,11 @@ class EntropacePPOTrainer(PPOTrainerSync):
 
     def _build_replay_buffer(self) -> Any:
         # verl's base branches on `trainer_mode == "sync"` (replay buffer, TransferQueue
-        # checkpoints, refills); this trainer IS the sync trainer, registered under its own name,
-        # so it runs with the sync mode and the `trainer.v1.sync` options.
-        self.trainer_mode = "sync"
-        sync = self.config.trainer.v1.get("sync", None) or {}
-        self.parameter_sync_step = sync.get("parameter_sync_step", 1)
+        # checkpoints, refills); this trainer IS the base-mode trainer registered under its own
+        # name, so it runs with that mode and the `trainer.v1.<base_mode>` options.
+        self.trainer_mode = self.base_mode
+        options = self.config.trainer.v1.get(self.base_mode, None) or {}
+        self.parameter_sync_step = options.get("parameter_sync_step", 1)
         return super()._build_replay_buffer()
 
     # ------------------------------------------------------------------------------ workers
@@ -208,32 +223,35 @@ class EntropacePPOTrainer(PPOTrainerSync):
 
     def save_entropace_state(self, folder: str) -> str:
         """Write the controllers' state to ``folder/entropace.json`` (atomic rename)."""
-        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, STATE_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.entropace.state_dict(), f)
-        os.replace(tmp, path)
+        self.entropace.step.save_state_file(path)
         return path
 
-    def load_entropace_state(self, folder: str) -> bool:
-        """Restore the controllers from ``folder/entropace.json``; False if there is none."""
+    def load_entropace_state(self, folder: str) -> None:
+        """Restore the controllers from ``folder/entropace.json``, validated; a missing or bad
+        file is a :class:`~entropace.control.StateError` naming it (a resumed run never
+        restarts its controllers silently)."""
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
-            logger.warning("no %s in %s: the entropace controllers start fresh", STATE_FILE, folder)
-            return False
-        with open(path) as f:
-            self.entropace.load_state_dict(json.load(f))
-        return True
+            raise StateError(
+                f"{path}: missing; this checkpoint was not written by the entropace trainer, so "
+                "its controllers cannot resume exactly"
+            )
+        self.entropace.load_state_file(path)
 
     def _save_checkpoint(self) -> None:
         self.save_entropace_state(self._step_folder(self.global_steps))
         super()._save_checkpoint()
 
-    def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
-        if self.global_steps <= 0:
-            return
+    def on_init_end(self) -> None:
+        """verl's public hook after set-up, which has loaded verl's checkpoint (``global_steps``
+        > 0 on a resume): the controllers' state of that checkpoint is loaded here, validated,
+        before the base trainer's own ``on_init_end`` (weight sync)."""
+        if getattr(self, "global_steps", 0) > 0:
+            self.load_entropace_state(self._resume_folder())
+        super().on_init_end()
+
+    def _resume_folder(self) -> str:
         if self.config.trainer.resume_mode == "resume_path":
             folder = self.config.trainer.resume_from_path
             if not os.path.isabs(folder):
@@ -243,12 +261,36 @@ class EntropacePPOTrainer(PPOTrainerSync):
             if not os.path.isabs(root):
                 root = os.path.join(os.getcwd(), root)
             folder = find_latest_ckpt_path(root) or self._step_folder(self.global_steps)
-        self.load_entropace_state(folder)
+        return folder
+
+
+class EntropacePPOTrainer(_EntropaceSteps, PPOTrainerSync):
+    """verl's synchronous PPO trainer with EPPO / PAPO (``trainer.v1.trainer_mode=entropace``)."""
+
+    base_mode = "sync"
+
+
+class EntropaceColocateAsyncTrainer(_EntropaceSteps, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer (partial rollouts, ``trainer.v1.colocate_async.
+    num_warmup_batches`` batches generated ahead: off-policy by that many versions) with EPPO /
+    PAPO (``trainer.v1.trainer_mode=entropace_colocate_async``). The statistics come from the
+    old-log-prob pass, i.e. under the policy the update starts from (verl's proximal policy),
+    not the stale one that sampled."""
+
+    base_mode = "colocate_async"
+
+
+#: verl trainer mode -> the entropace trainer registered under it.
+TRAINERS: dict[str, type] = {
+    TRAINER_NAME: EntropacePPOTrainer,
+    f"{TRAINER_NAME}_colocate_async": EntropaceColocateAsyncTrainer,
+}
 
 
 def register_trainer_cls() -> list[str]:
-    """Register :class:`EntropacePPOTrainer` as verl trainer ``entropace`` (idempotent)."""
-    existing = trainer_base.TRAINER_REGISTRY.get(TRAINER_NAME)
-    if existing is not EntropacePPOTrainer:
-        register_trainer(TRAINER_NAME)(EntropacePPOTrainer)
-    return [TRAINER_NAME]
+    """Register the entropace trainers with verl's ``register_trainer`` (idempotent):
+    ``entropace`` (sync) and ``entropace_colocate_async``."""
+    for name, cls in TRAINERS.items():
+        if trainer_base.TRAINER_REGISTRY.get(name) is not cls:
+            register_trainer(name)(cls)
+    return list(TRAINERS)
