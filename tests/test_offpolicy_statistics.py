@@ -20,7 +20,17 @@ from entropace.algos.token_stats import token_stats
 from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.learner import proximal_statistics
 from entropace.train.trainer import build_learner
-from entropace.train.update import polarity_masses, token_advantages, update_step
+from entropace.train.update import token_advantages, update_step
+
+
+def polarity_masses(polarity, adv, mask) -> tuple[float, float]:
+    """Shares of ``sum |A|`` over masked tokens on ``P > 0`` / ``P < 0`` (a loop-free
+    restatement of TaskStep.reweight's masses, ALGORITHMS.md section 4)."""
+    w = adv.abs() * mask
+    total = float(w.sum())
+    if total == 0:
+        return 0.0, 0.0
+    return float((w * (polarity > 0)).sum()) / total, float((w * (polarity < 0)).sum()) / total
 
 
 @pytest.fixture(scope="module")

@@ -268,7 +268,7 @@ def _serve(
     _exit_with_parent()
     torch.set_num_threads(threads)
     try:
-        from entropace.train.memory import peak_rss_mib, tune_allocator
+        from entropace._memory import peak_rss_mib, tune_allocator
 
         tune_allocator()
         for module in imports:
