@@ -100,17 +100,26 @@ def crossover_events(
         arrays = {t: ema_smooth(a, ema) for t, a in arrays.items()}
     events: list[Crossover] = []
     for (ti, hi), (tj, hj) in itertools.combinations(arrays.items(), 2):
-        diff = hi - hj
-        sign = np.where(diff > tol, 1, np.where(diff < -tol, -1, 0))
-        last = 0
-        for s, sg in enumerate(sign):
-            if sg == 0:
-                continue
-            if last != 0 and sg != last:
-                events.append(Crossover(s, ti, tj) if sg > 0 else Crossover(s, tj, ti))
-            last = sg
+        events += order_flips(hi - hj, tol, ti, tj)
     events.sort(key=lambda e: e.step)
     return events
+
+
+def order_flips(diff: np.ndarray, tol: float, ti: str, tj: str, start: int = 0) -> list[Crossover]:
+    """The flips of one pair's difference ``diff = h_i - h_j``: the order at a step is its
+    sign beyond ``tol`` (a tie within it); a flip counts where the strict order reverses
+    (ties neither count nor reset it); steps before ``start`` are skipped."""
+    sign = np.where(diff > tol, 1, np.where(diff < -tol, -1, 0))
+    out: list[Crossover] = []
+    last = 0
+    for s in range(start, sign.size):
+        sg = int(sign[s])
+        if sg == 0:
+            continue
+        if last != 0 and sg != last:
+            out.append(Crossover(s, ti, tj) if sg > 0 else Crossover(s, tj, ti))
+        last = sg
+    return out
 
 
 def crossover_count(curves: Curves, *, ema: float | None = None, tol: float = 0.0) -> int:

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from entropace.control._ratio import RatioEMA
-from entropace.diagnostics.pace import Crossover, _as_array, _check_curves, ema_smooth
+from entropace.diagnostics.pace import (
+    Crossover,
+    _as_array,
+    _check_curves,
+    ema_smooth,
+    order_flips,
+)
 
 __all__ = [
     "Solve",
@@ -98,15 +104,7 @@ def noise_tied_crossovers(
     events: list[Crossover] = []
     for ti, tj in itertools.combinations(raw, 2):
         tol = k * factor * math.hypot(sigma[ti], sigma[tj])
-        diff = smooth[ti] - smooth[tj]
-        last = 0
-        for s in range(warmup, diff.size):
-            sg = 1 if diff[s] > tol else (-1 if diff[s] < -tol else 0)
-            if sg == 0:
-                continue
-            if last != 0 and sg != last:
-                events.append(Crossover(s, ti, tj) if sg > 0 else Crossover(s, tj, ti))
-            last = sg
+        events += order_flips(smooth[ti] - smooth[tj], tol, ti, tj, start=warmup)
     events.sort(key=lambda e: e.step)
     return events
 

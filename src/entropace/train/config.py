@@ -43,6 +43,7 @@ from entropace.train.schema import (
     check_in,
     check_ranges,
     did_you_mean,
+    flat_config,
     merge,
     nest,
     register_ranges,
@@ -706,21 +707,10 @@ def load_config_file(
     return load_config(Path(path), overrides, check_envs=check_envs)
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, dotted))
-        else:
-            out[dotted] = value
-    return out
-
-
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``["steps: 2 -> 4", ...]``: every dotted key whose value differs between two config
     dicts (:func:`to_dict` output), sorted."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = flat_config(old), flat_config(new)
     missing = object()
     return [
         f"{key}: {a.get(key, missing)!r} -> {b.get(key, missing)!r}".replace(

@@ -17,6 +17,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -281,3 +282,15 @@ def check_positive(key: str, value: float, *, strict: bool = True) -> None:
         raise ConfigError(
             f"{key} must be a finite number {'> 0' if strict else '>= 0'}, got {value!r}"
         )
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim.lr": 1e-6, "tasks.names": ["db", "kg"], ...}``: nested dicts by dotted key."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            out.update(flat_config(value, dotted))
+        else:
+            out[dotted] = value
+    return out

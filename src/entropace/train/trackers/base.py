@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from entropace.train.schema import ConfigError
+from entropace.train.schema import ConfigError, flat_config  # noqa: F401 (re-export)
 
 Row = Mapping[str, float | int]
 
@@ -92,18 +92,6 @@ def register_tracker(spec: TrackerSpec) -> TrackerSpec:
     """Add ``spec`` to :data:`TRACKERS` (``log.trackers`` then accepts ``spec.name``)."""
     TRACKERS[spec.name] = spec
     return spec
-
-
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optim.lr": 1e-6, "tasks.names": ["db", "kg"], ...}``: nested dicts by dotted key."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            out.update(flat_config(value, dotted))
-        else:
-            out[dotted] = value
-    return out
 
 
 #: Tracker arguments entropace sets itself, and where to set them.
