@@ -216,7 +216,9 @@ _REDEFINE = (
 
 def test_install_command_is_judged_by_the_real_path() -> None:
     # issue 21 item 4: hard seed 7 paid 1.0 with PATH unchanged after `command() { ...; }`
-    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0)
+    # (the content splits of issue 20 moved that instance: the kind is fixed by `kinds`)
+    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0,
+               kinds=("install_command",))  # fmt: skip
     env.reset(7)
     assert env.task.kind == "install_command"
     mk, chmod, export, use = env.task.commands
@@ -280,7 +282,8 @@ def _play_on(env: object, actions: list[str]) -> tuple[float, str]:
 
 
 def test_stop_worker_needs_the_original_workers() -> None:
-    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0)
+    env = make("os", difficulty="hard", shell="persistent", command_timeout=2.0,
+               kinds=("stop_worker",))  # fmt: skip
     env.reset(3)
     assert env.task.kind == "stop_worker"
     target = env.task.prompt.split("queue `")[1].split("`")[0]
@@ -304,7 +307,8 @@ def test_stop_worker_needs_the_original_workers() -> None:
                                                          ("edit_config", "easy", 16)])  # fmt: skip
 def test_file_checkers_ignore_the_shell(kind: str, difficulty: str, seed: int) -> None:
     # judged on the files read back after every process stopped: redefinitions change nothing
-    env = make("os", difficulty=difficulty, shell="persistent", command_timeout=2.0)
+    env = make("os", difficulty=difficulty, shell="persistent", command_timeout=2.0,
+               kinds=(kind,))  # fmt: skip
     env.reset(seed)
     assert env.task.kind == kind
     reward, _ = _play(env, seed, [f"bash: {_REDEFINE}", "done"])

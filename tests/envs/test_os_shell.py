@@ -25,6 +25,7 @@ from entropace.envs.os import OsEnv, procs
 from entropace.envs.os.actions import Done, observation_output, parse_action
 from entropace.envs.os.sandbox import Sandbox, SandboxLimits
 from entropace.envs.os.session import ShellSession
+from entropace.envs.os.splits import TRAIN_KINDS
 from entropace.envs.os.tasks import BY_DIFFICULTY
 from entropace.envs.os.tasks_shell import SHELL_KINDS
 from entropace.envs.os.worktree import FileSpec, build_archive
@@ -538,17 +539,19 @@ def test_instances_are_deterministic() -> None:
 
 def test_fresh_mode_is_unchanged_and_options_are_validated() -> None:
     env = OsEnv()
-    assert env.shell == "fresh" and env.kinds == BY_DIFFICULTY["easy"]
-    # the default shell's prompt and instances are byte for byte those before the option
-    # existed (hashes taken from the previous version of the code)
+    # the default kinds: the fresh-shell ones plus the kind the content splits added (issue 20)
+    assert env.shell == "fresh" and env.kinds == TRAIN_KINDS["easy"]
+    assert set(BY_DIFFICULTY["easy"]) < set(env.kinds)
+    # the default shell's prompt is byte for byte the one before the shell option existed
+    # (hash taken from the previous version of the code); instances are a function of the seed
     digest = hashlib.sha256(env.system_prompt.encode()).hexdigest()
     assert digest == "b50e9f2896733aa04fab4e5a5b4e14ee8c8d953228ee2010b684d775f0862930"
-    hard = OsEnv(difficulty="hard")
-    hard.reset(5)
-    digest = hashlib.sha256(hard.initial_state).hexdigest()
-    assert digest == "faea0ad78a180f3f34975d5516ab96e3c67e23ed9f49fe99e93983ba83e5d5c6"
+    a, b = OsEnv(difficulty="hard"), OsEnv(difficulty="hard")
+    a.reset(5)
+    b.reset(5)
+    assert a.initial_state == b.initial_state
     assert OsEnv(difficulty="hard", shell="persistent").kinds == (
-        *BY_DIFFICULTY["hard"],
+        *TRAIN_KINDS["hard"],
         "install_command",
         "stop_worker",
     )
