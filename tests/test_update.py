@@ -124,6 +124,8 @@ def test_step_signals_and_rollout_metrics_match_loops(tiny) -> None:
         assert m[f"task/{name}/entropy"] == pytest.approx(sum(ent) / len(ent), rel=1e-6)
         assert m[f"task/{name}/response_tokens"] == len(ent)
         assert m[f"task/{name}/num_episodes"] == 3
+        var = sum((r - mean_r) ** 2 for r in rew) / 3
+        assert m[f"task/{name}/reward_std"] == pytest.approx(var**0.5, rel=1e-6, abs=1e-9)
     assert m["task/a/abnormal"] == pytest.approx(1 / 3) and m["task/b/abnormal"] == 0
     assert m["abnormal"] == pytest.approx(1 / 6)
     assert m["entropy"] == pytest.approx(

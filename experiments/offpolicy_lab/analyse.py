@@ -28,8 +28,8 @@ ARMS = {
     "eppo": ("main", "eppo"),
     "eppo-success": ("main", "eppo-success"),
     "eppo-shuffled": ("main", "eppo-shuffled"),
-    "papo": ("main", "papo"),
-    "eppo+papo": ("main", "eppo+papo"),
+    "papo": ("papo", "papo"),
+    "eppo+papo": ("papo", "eppo+papo"),
     "grpo-async2": ("async2", "grpo"),
     "eppo-async2": ("async2", "eppo"),
 }

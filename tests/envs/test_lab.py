@@ -8,7 +8,7 @@ import pytest
 from entropace.envs import EnvError, make, seeds, spec, specs
 from entropace.envs.base import MAX_ACTION_CHARS, TextEnv
 from entropace.envs.checks import HOSTILE_ACTIONS, check_env, oracle_success_rate, run_episode
-from entropace.envs.lab import LAB_TASKS, LabTask, matched_prefix, score_reply
+from entropace.envs.lab import LAB_TASKS, LabTask, matched_positions, matched_prefix, score_reply
 from entropace.train.config import load_config
 
 NAMES = sorted(LAB_TASKS)
@@ -20,7 +20,7 @@ def test_every_lab_task_is_registered() -> None:
     for name in NAMES:
         s = spec(name)
         assert s.name == name and "pace-mismatch lab" in s.description
-        assert set(s.options) == {"difficulty"}
+        assert set(s.options) == {"difficulty", "credit"}
         assert isinstance(make(name).env, TextEnv)
 
 
@@ -233,6 +233,51 @@ def test_v2_held_out_prompts_never_occur_in_train() -> None:
 def test_lab2_preset_is_a_regime_where_the_clip_can_bind() -> None:
     cfg = load_config("lab2", [])
     assert cfg.tasks.names == list(V2)
-    assert cfg.ppo.num_minibatches >= 8  # several optimiser steps per rollout
+    assert cfg.ppo.num_minibatches >= 8 and cfg.ppo.epochs == 2  # 16 optimiser steps per rollout
+    assert cfg.rollout.temperature == 1.5 and all(LAB_TASKS[n].credit == "position" for n in V2)
     longest = max(len(LAB_TASKS[n].gold(cfg.tasks.difficulty)) for n in cfg.tasks.names)
     assert cfg.rollout.max_new_tokens_per_turn >= longest
+
+
+def test_position_credit_by_hand() -> None:
+    """``credit="position"`` counts the positions that match, whatever precedes them."""
+    hard = LAB_TASKS["lab2-hard"]  # code lRfD, partial 0.8
+    by_hand = {"x": 0, "l": 1, "xR": 1, "xxfD": 2, "lxfx": 2, "xRfD": 3, "Dfrl": 0}
+    for reply, m in by_hand.items():
+        assert score_reply(hard, "lRfD", reply, "position") == pytest.approx((0.8 * m / 4, False))
+        assert matched_positions(reply, "lRfD") == m
+    assert score_reply(hard, "lRfD", "xRfD") == pytest.approx((0.6, False))  # the task's own
+    assert score_reply(hard, "lRfD", "xRfD", "prefix") == (0.0, False)
+    assert score_reply(hard, "lRfD", "lRfD!", "position") == (1.0, True)
+    # brute force: every reply over the alphabet and one outside letter, up to length 4
+    import itertools
+
+    letters = hard.alphabet + "a"
+    for n in range(1, 5):
+        for chars in itertools.product(letters, repeat=n):
+            reply = "".join(chars)
+            hits = sum(1 for i in range(min(n, 4)) if reply[i] == "lRfD"[i])
+            want = (1.0, True) if reply.startswith("lRfD") else (0.8 * hits / 4, False)
+            assert score_reply(hard, "lRfD", reply, "position") == pytest.approx(want)
+
+
+def test_credit_option_reaches_the_env_and_bad_values_are_refused() -> None:
+    env = make("lab2-mid", credit="position")  # code JHj
+    env.reset(5)
+    _, reward, done, _, info = env.step("xHj")
+    assert reward == pytest.approx(0.8 * 2 / 3) and done and not info["success"]
+    env = make("lab2-mid", credit="prefix")
+    env.reset(5)
+    assert env.step("xHj")[1] == 0.0
+    env = make("lab2-mid")  # the v2 tasks' own credit: by position
+    env.reset(5)
+    assert env.step("xHj")[1] == pytest.approx(0.8 * 2 / 3)
+    env = make("lab-mid")  # v1 keeps prefix credit (code 70)
+    env.reset(5)
+    assert env.step("x0")[1] == 0.0
+    with pytest.raises(ValueError, match="credit must be one of"):
+        make("lab2-mid", credit="hamming")
+    with pytest.raises(ValueError, match="credit must be one of"):
+        LabTask("x", "easy", "42", "12", credit="suffix")
+    cfg = load_config("lab2", ["tasks.options={lab2-easy: {credit: prefix}}"])
+    assert cfg.tasks.options == {"lab2-easy": {"credit": "prefix"}}

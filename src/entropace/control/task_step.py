@@ -19,7 +19,7 @@ engine adapter calls, once per training step (one generation batch):
 6. :attr:`TaskStep.metrics`: the step's metrics, in one naming for every engine (the plug-ins
    prefix them with ``entropace/``):
 
-   - per task present: ``task/<k>/{success, reward, entropy, abnormal, num_episodes,
+   - per task present: ``task/<k>/{success, reward, reward_std, entropy, abnormal, num_episodes,
      response_tokens, eps_low, eps_high}`` (``entropy`` NaN when the task had no policy token)
      and the clip rule's own (``task/<k>/pace_{m,z,delta,ref}``, ``bapo/...``);
    - the batch: ``entropy``, ``reward``, ``success``, ``abnormal``, ``response_tokens``;
@@ -200,6 +200,7 @@ class TaskStep:
             p = f"task/{name}/"
             m[p + "success"] = signals.task_success[name]
             m[p + "reward"] = signals.task_reward[name]
+            m[p + "reward_std"] = math.sqrt(signals.task_reward_var[name])
             m[p + "entropy"] = signals.task_entropy.get(name, math.nan)
             if abnormal:
                 m[p + "abnormal"] = signals.task_abnormal[name]

@@ -10,19 +10,29 @@ from entropace.envs.lab.env import (
     LabEnv,
     LabTask,
     lab_oracle,
+    matched_positions,
     matched_prefix,
     score_reply,
 )
 from entropace.envs.registry import EnvSpec, register
 
-__all__ = ["LAB_TASKS", "SPECS", "LabEnv", "LabTask", "lab_oracle", "matched_prefix", "score_reply"]
+__all__ = [
+    "LAB_TASKS",
+    "SPECS",
+    "LabEnv",
+    "LabTask",
+    "lab_oracle",
+    "matched_positions",
+    "matched_prefix",
+    "score_reply",
+]
 
 
 def _spec(task: LabTask) -> EnvSpec:
     factory = type(f"LabEnv_{task.name.replace('-', '_')}", (LabEnv,), {"task": task})
     hints = []
     if task.partial:
-        hints.append(f"prefix credit {task.partial:g}")
+        hints.append(f"{task.credit} credit {task.partial:g}")
     if task.decoy:
         hints.append(f"decoy {task.decoy!r} worth {task.decoy_reward:g}")
     extra = f" ({', '.join(hints)})" if hints else ""
@@ -33,7 +43,10 @@ def _spec(task: LabTask) -> EnvSpec:
         description=(
             f"pace-mismatch lab, {task.level}: reply with a {len(task.code)}-digit code{extra}"
         ),
-        options={"difficulty": "easy | medium | hard (default easy): code length +0 / +1 / +2"},
+        options={
+            "difficulty": "easy | medium | hard (default easy): code length +0 / +1 / +2",
+            "credit": f"prefix | position (default {task.credit}): how partial credit counts",
+        },
     )
 
 

@@ -28,10 +28,13 @@ string under each algorithm, not reading. The ``difficulty`` option lengthens ev
 couple through a shared answer (lab-hard's decoy is lab-easy's code) and stop giving reward
 variance as soon as a task is solved or never found. The v2 tasks share no answer: each writes
 its codes (and distractors) in an alphabet of its own, single-token letters no other task uses,
-so no reply can score on two tasks. Their credit is graded over the whole code (``partial =
-0.8``: every matched leading character is worth ``0.8 / n``), with codes of 2, 3 and 4 characters
-whose first characters have decreasing base rates under the tiny model, so each task keeps
-reward variance while it finds its code one character at a time, at its own pace.
+so no reply can score on two tasks. Their credit is graded over the whole code and counted by
+position (``partial = 0.8``, ``credit = "position"``: every position ``i`` with ``reply[i] ==
+code[i]`` is worth ``0.8 / n``, whatever precedes it), with codes of 2, 3 and 4 characters, so
+each task keeps reward variance while it finds its code one character at a time, at its own
+pace. (With credit on the leading characters only, the letters after a found prefix were
+reinforced with it whatever they were and committed to wrong letters: the reward variance ended
+within ~20 steps; experiments/offpolicy_lab/RESULTS.md.)
 """
 
 from __future__ import annotations
@@ -43,7 +46,19 @@ from typing import Any
 from entropace.envs.base import DIFFICULTIES, WHITESPACE, action_too_long, check_difficulty
 from entropace.envs.splits import in_test_bucket, split_of
 
-__all__ = ["LAB_TASKS", "LabEnv", "LabTask", "lab_oracle", "matched_prefix", "score_reply"]
+#: How partial credit counts matched characters (:attr:`LabTask.credit`).
+CREDITS: tuple[str, ...] = ("prefix", "position")
+
+__all__ = [
+    "CREDITS",
+    "LAB_TASKS",
+    "LabEnv",
+    "LabTask",
+    "lab_oracle",
+    "matched_positions",
+    "matched_prefix",
+    "score_reply",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,9 @@ class LabTask:
         distractors: distractor codes listed in the prompt (seeded).
         alphabet: the characters the task's codes and distractors are written in (default the
             ten digits; the v2 tasks use letters of their own).
+        credit: how a wrong reply's partial credit counts matches: ``"prefix"`` (``m`` = the
+            leading characters it shares with the code) or ``"position"`` (``m`` = the positions
+            ``i < n`` where ``reply[i] == code[i]``, each judged whatever precedes it).
     """
 
     name: str
@@ -74,8 +92,11 @@ class LabTask:
     decoy_reward: float = 0.0
     distractors: int = 0
     alphabet: str = "0123456789"
+    credit: str = "prefix"
 
     def __post_init__(self) -> None:
+        if self.credit not in CREDITS:
+            raise ValueError(f"{self.name}: credit must be one of {CREDITS}, got {self.credit!r}")
         if len(set(self.alphabet)) != len(self.alphabet) or not self.alphabet.isascii():
             raise ValueError(f"{self.name}: the alphabet must be distinct ASCII characters")
         chars = set(self.code + self.extension)
@@ -113,9 +134,19 @@ LAB_TASKS: dict[str, LabTask] = {
         # v2: no shared answers (disjoint alphabets), graded credit, codes of 2 / 3 / 4 letters
         # chosen from the tiny model's likeliest next letters, each task's letters its own
         # (experiments/offpolicy_lab/choose_codes.py; base rates in docs/lab.md).
-        LabTask("lab2-easy", "easy", "SF", "wk", partial=0.8, distractors=2, alphabet="SFwk"),
-        LabTask("lab2-mid", "medium", "JHj", "qY", partial=0.8, distractors=4, alphabet="JHjqY"),
-        LabTask("lab2-hard", "hard", "lRfD", "zQ", partial=0.8, distractors=6, alphabet="lRfDzQ"),
+        # Credit by position (each matching position, whatever precedes it): with prefix credit
+        # the letters after a found prefix committed to wrong letters and the reward variance
+        # ended within ~20 steps (calibration, experiments/offpolicy_lab/RESULTS.md).
+        *(
+            LabTask(
+                name, level, code, ext, partial=0.8, distractors=d, alphabet=a, credit="position"
+            )
+            for name, level, code, ext, d, a in (
+                ("lab2-easy", "easy", "SF", "wk", 2, "SFwk"),
+                ("lab2-mid", "medium", "JHj", "qY", 4, "JHjqY"),
+                ("lab2-hard", "hard", "lRfD", "zQ", 6, "lRfDzQ"),
+            )
+        ),
     )
 }
 
@@ -130,17 +161,27 @@ def matched_prefix(reply: str, gold: str) -> int:
     return n
 
 
-def score_reply(task: LabTask, gold: str, reply: str) -> tuple[float, bool]:
+def matched_positions(reply: str, gold: str) -> int:
+    """Number of positions ``i < len(gold)`` with ``reply[i] == gold[i]`` (any order of hits)."""
+    return sum(r == g for r, g in zip(reply, gold))
+
+
+def score_reply(
+    task: LabTask, gold: str, reply: str, credit: str | None = None
+) -> tuple[float, bool]:
     """``(reward, success)`` of a (non-empty, left-stripped) reply: see the module docstring.
 
     ``reward = 1`` if ``reply.startswith(gold)``; else ``decoy_reward`` if the task has a decoy
-    and the reply starts with it; else ``partial * matched_prefix(reply, gold) / len(gold)``.
+    and the reply starts with it; else ``partial * m / len(gold)`` with ``m`` from ``credit``
+    (default ``task.credit``): ``matched_prefix(reply, gold)`` for ``"prefix"``,
+    ``matched_positions(reply, gold)`` for ``"position"``.
     """
     if reply.startswith(gold):
         return 1.0, True
     if task.decoy and reply.startswith(task.decoy):
         return task.decoy_reward, False
-    return task.partial * matched_prefix(reply, gold) / len(gold), False
+    count = matched_positions if (credit or task.credit) == "position" else matched_prefix
+    return task.partial * count(reply, gold) / len(gold), False
 
 
 class LabEnv:
@@ -154,7 +195,10 @@ class LabEnv:
     max_turns = 2
     system_prompt = "Reply with the code only: its digits, nothing before them."
 
-    def __init__(self, difficulty: str = "easy") -> None:
+    def __init__(self, difficulty: str = "easy", credit: str | None = None) -> None:
+        if credit is not None and credit not in CREDITS:
+            raise ValueError(f"{self.task.name}: credit must be one of {CREDITS}, got {credit!r}")
+        self.credit = credit or self.task.credit
         if not self.task.alphabet.isdigit():  # v2: letters (v1's prompt text stays as it was)
             self.system_prompt = "Reply with the code only: its characters, nothing before them."
         self.difficulty = check_difficulty(difficulty)
@@ -211,7 +255,7 @@ class LabEnv:
                 "digits." if self.task.alphabet.isdigit() else "characters."
             )
             return obs, 0.0, False, False, {"success": False, "parse_error": True}
-        reward, success = score_reply(self.task, self.gold, reply)
+        reward, success = score_reply(self.task, self.gold, reply, self.credit)
         obs = "Correct." if success else f"Wrong code (reward {reward:.2f})."
         return obs, reward, True, False, {"success": success, "parse_error": False}
 
