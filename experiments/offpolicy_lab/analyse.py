@@ -1,6 +1,10 @@
 """Assemble the preregistered arms into one grid and run the confirmatory tests.
 
     python experiments/offpolicy_lab/analyse.py experiments/offpolicy_lab/runs
+    python experiments/offpolicy_lab/analyse.py experiments/offpolicy_lab/runs --complete-blocks
+
+With ``--complete-blocks`` (a grid not yet finished) step 1 links, under ``RUNS/interim``, only
+the runs of the seed blocks finished in every arm, and steps 2-3 run on those.
 
 1. ``RUNS/all/<arm>/seed<k>`` become symbolic links to the runs of the separate grids
    (``ARMS``), with ``RUNS/all/grid.json`` giving the arms' order;
@@ -14,10 +18,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 from entropace.report.compare import write_compare
+from entropace.report.grid import run_state
 from entropace.report.stats import holm, paired_difference, paired_t_pvalue
 
 #: arm -> (grid directory under RUNS, algorithm directory in it)
@@ -41,6 +47,41 @@ FAMILY = [
     ("EPPO vs success pacer", "eppo", "eppo-success", "two-sided"),
     ("EPPO vs GRPO, async k=2", "eppo-async2", "grpo-async2", "less"),
 ]
+
+
+#: the preregistered seed blocks (run.sh trains every arm of a block before the next one)
+BLOCKS = [list(range(start, start + 4)) for start in (7100, 7104, 7108)]
+STEPS = 200
+
+
+def complete_blocks(runs: Path) -> list[list[int]]:
+    """The seed blocks whose runs are finished in every arm (``run_state == "done"``)."""
+    return [
+        block
+        for block in BLOCKS
+        if all(
+            run_state(runs / grid / algo / f"seed{seed}", STEPS) == "done"
+            for grid, algo in ARMS.values()
+            for seed in block
+        )
+    ]
+
+
+def assemble_blocks(runs: Path, blocks: list[list[int]]) -> Path:
+    """``RUNS/interim/<arm>/seed<k>``: links to the runs of the complete ``blocks`` only
+    (PREREGISTRATION.md: an unfinished grid is analysed on its complete seed blocks)."""
+    out = runs / "interim"
+    if out.exists():
+        shutil.rmtree(out)
+    for arm, (grid, algo) in ARMS.items():
+        for seed in (s for block in blocks for s in block):
+            dst = out / arm / f"seed{seed}"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.symlink_to(
+                Path("..") / ".." / grid / algo / f"seed{seed}", target_is_directory=True
+            )
+    (out / "grid.json").write_text(json.dumps({"algorithms": list(ARMS)}, indent=1) + "\n")
+    return out
 
 
 def assemble(runs: Path) -> Path:
@@ -103,8 +144,16 @@ def confirmatory(all_dir: Path) -> str:
 
 
 def main() -> None:
-    runs = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/offpolicy_lab/runs")
-    all_dir = assemble(runs)
+    args = [a for a in sys.argv[1:] if a != "--complete-blocks"]
+    runs = Path(args[0] if args else "experiments/offpolicy_lab/runs")
+    if "--complete-blocks" in sys.argv:  # an unfinished grid: its complete seed blocks only
+        blocks = complete_blocks(runs)
+        if not blocks:
+            raise SystemExit(f"{runs}: no seed block is finished in every arm yet")
+        print(f"complete seed blocks: {blocks}")
+        all_dir = assemble_blocks(runs, blocks)
+    else:
+        all_dir = assemble(runs)
     write_compare(all_dir, baseline="grpo")
     print(confirmatory(all_dir))
 
