@@ -6,9 +6,11 @@ not an agent benchmark. Each task of :data:`LAB_TASKS` is registered as its own 
 """
 
 from entropace.envs.lab.env import (
+    CREDITS,
     LAB_TASKS,
     LabEnv,
     LabTask,
+    check_credit,
     lab_oracle,
     matched_positions,
     matched_prefix,
@@ -17,10 +19,12 @@ from entropace.envs.lab.env import (
 from entropace.envs.registry import EnvSpec, register
 
 __all__ = [
+    "CREDITS",
     "LAB_TASKS",
     "SPECS",
     "LabEnv",
     "LabTask",
+    "check_credit",
     "lab_oracle",
     "matched_positions",
     "matched_prefix",
@@ -36,12 +40,13 @@ def _spec(task: LabTask) -> EnvSpec:
     if task.decoy:
         hints.append(f"decoy {task.decoy!r} worth {task.decoy_reward:g}")
     extra = f" ({', '.join(hints)})" if hints else ""
+    unit = "digit" if task.alphabet.isdigit() else "letter"
     return EnvSpec(
         name=task.name,
         factory=factory,
         oracle=lab_oracle,
         description=(
-            f"pace-mismatch lab, {task.level}: reply with a {len(task.code)}-digit code{extra}"
+            f"pace-mismatch lab, {task.level}: reply with a {len(task.code)}-{unit} code{extra}"
         ),
         options={
             "difficulty": "easy | medium | hard (default easy): code length +0 / +1 / +2",

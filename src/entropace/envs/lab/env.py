@@ -49,11 +49,20 @@ from entropace.envs.splits import in_test_bucket, split_of
 #: How partial credit counts matched characters (:attr:`LabTask.credit`).
 CREDITS: tuple[str, ...] = ("prefix", "position")
 
+
+def check_credit(name: str, credit: str) -> str:
+    """``credit`` if it is one of :data:`CREDITS`, else a ``ValueError`` naming task ``name``."""
+    if credit not in CREDITS:
+        raise ValueError(f"{name}: credit must be one of {CREDITS}, got {credit!r}")
+    return credit
+
+
 __all__ = [
     "CREDITS",
     "LAB_TASKS",
     "LabEnv",
     "LabTask",
+    "check_credit",
     "lab_oracle",
     "matched_positions",
     "matched_prefix",
@@ -69,10 +78,10 @@ class LabTask:
         name: family name (``lab-easy`` ...).
         level: the task's own difficulty label, ``reset`` info ``level`` (``difficulty`` there
             is the option, which sets the code length).
-        code: the gold code at ``difficulty="easy"`` (digits).
-        extension: digits appended to ``code`` at ``medium`` (1) and ``hard`` (2).
-        partial: weight of the prefix credit, ``reward = partial * m / n`` (in [0, 1)), ``m`` the
-            number of leading characters the reply shares with the ``n``-digit code.
+        code: the gold code at ``difficulty="easy"`` (characters of ``alphabet``).
+        extension: characters appended to ``code`` at ``medium`` (1) and ``hard`` (2).
+        partial: weight of the partial credit, ``reward = partial * m / n`` (in [0, 1)), ``m``
+            the matched characters counted by ``credit``, ``n`` the code's length.
         decoy: a prefix (not a prefix of the code) that earns ``decoy_reward``; "" for none.
         decoy_reward: reward of a decoy reply (in [0, 1)).
         distractors: distractor codes listed in the prompt (seeded).
@@ -95,8 +104,7 @@ class LabTask:
     credit: str = "prefix"
 
     def __post_init__(self) -> None:
-        if self.credit not in CREDITS:
-            raise ValueError(f"{self.name}: credit must be one of {CREDITS}, got {self.credit!r}")
+        check_credit(self.name, self.credit)
         if len(set(self.alphabet)) != len(self.alphabet) or not self.alphabet.isascii():
             raise ValueError(f"{self.name}: the alphabet must be distinct ASCII characters")
         chars = set(self.code + self.extension)
@@ -196,9 +204,7 @@ class LabEnv:
     system_prompt = "Reply with the code only: its digits, nothing before them."
 
     def __init__(self, difficulty: str = "easy", credit: str | None = None) -> None:
-        if credit is not None and credit not in CREDITS:
-            raise ValueError(f"{self.task.name}: credit must be one of {CREDITS}, got {credit!r}")
-        self.credit = credit or self.task.credit
+        self.credit = self.task.credit if credit is None else check_credit(self.task.name, credit)
         if not self.task.alphabet.isdigit():  # v2: letters (v1's prompt text stays as it was)
             self.system_prompt = "Reply with the code only: its characters, nothing before them."
         self.difficulty = check_difficulty(difficulty)
