@@ -67,37 +67,27 @@ def complete_blocks(runs: Path) -> list[list[int]]:
     ]
 
 
-def assemble_blocks(runs: Path, blocks: list[list[int]]) -> Path:
-    """``RUNS/interim/<arm>/seed<k>``: links to the runs of the complete ``blocks`` only
-    (PREREGISTRATION.md: an unfinished grid is analysed on its complete seed blocks)."""
-    out = runs / "interim"
+def assemble(runs: Path, seeds: list[int] | None = None) -> Path:
+    """Link the arms' runs into one grid: ``RUNS/all/<arm>`` -> each arm's whole directory, or,
+    given ``seeds`` (the complete blocks of an unfinished grid, as PREREGISTRATION.md
+    requires), ``RUNS/interim/<arm>/seed<k>`` -> those seeds' runs only."""
+    out = runs / ("all" if seeds is None else "interim")
     if out.exists():
-        shutil.rmtree(out)
+        shutil.rmtree(out)  # links and the previous report only: rmtree does not follow links
+    out.mkdir(parents=True)
     for arm, (grid, algo) in ARMS.items():
-        for seed in (s for block in blocks for s in block):
-            dst = out / arm / f"seed{seed}"
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.symlink_to(
-                Path("..") / ".." / grid / algo / f"seed{seed}", target_is_directory=True
-            )
+        if not (runs / grid / algo).is_dir():
+            print(f"missing: {runs / grid / algo} (arm {arm})", file=sys.stderr)
+            continue
+        if seeds is None:
+            (out / arm).symlink_to(Path("..") / grid / algo, target_is_directory=True)
+            continue
+        (out / arm).mkdir(parents=True)
+        for seed in seeds:
+            target = Path("..") / ".." / grid / algo / f"seed{seed}"
+            (out / arm / f"seed{seed}").symlink_to(target, target_is_directory=True)
     (out / "grid.json").write_text(json.dumps({"algorithms": list(ARMS)}, indent=1) + "\n")
     return out
-
-
-def assemble(runs: Path) -> Path:
-    all_dir = runs / "all"
-    all_dir.mkdir(parents=True, exist_ok=True)
-    for arm, (grid, algo) in ARMS.items():
-        src = runs / grid / algo
-        if not src.is_dir():
-            print(f"missing: {src} (arm {arm})", file=sys.stderr)
-            continue
-        dst = all_dir / arm
-        if dst.is_symlink():
-            dst.unlink()
-        dst.symlink_to(Path("..") / grid / algo, target_is_directory=True)
-    (all_dir / "grid.json").write_text(json.dumps({"algorithms": list(ARMS)}, indent=1) + "\n")
-    return all_dir
 
 
 def confirmatory(all_dir: Path) -> str:
@@ -151,7 +141,7 @@ def main() -> None:
         if not blocks:
             raise SystemExit(f"{runs}: no seed block is finished in every arm yet")
         print(f"complete seed blocks: {blocks}")
-        all_dir = assemble_blocks(runs, blocks)
+        all_dir = assemble(runs, [seed for block in blocks for seed in block])
     else:
         all_dir = assemble(runs)
     write_compare(all_dir, baseline="grpo")

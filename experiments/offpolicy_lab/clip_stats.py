@@ -11,10 +11,13 @@ behaviour KL is the mean of ``rollout/behaviour_kl`` (async arms), the staleness
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
+
+import numpy as np
+
+from entropace.report.runs import RunData, load_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analyse import ARMS  # noqa: E402
@@ -22,8 +25,14 @@ from analyse import ARMS  # noqa: E402
 TASKS = ("lab2-easy", "lab2-mid", "lab2-hard")
 
 
-def numbers(rows: list[dict], key: str) -> list[float]:
-    return [r[key] for r in rows if isinstance(r.get(key), int | float)]
+def values(run: RunData, key: str, steps: np.ndarray | None = None) -> list[float]:
+    """The finite values of ``key`` (on ``steps`` only, if given); [] if the run lacks it."""
+    series = run.get(key)
+    if series is None:
+        return []
+    series = series.finite()
+    keep = np.ones(len(series), bool) if steps is None else np.isin(series.steps, steps)
+    return series.values[keep].tolist()
 
 
 def main() -> None:
@@ -35,16 +44,16 @@ def main() -> None:
         steps, low, high, kl, stale = [], [], [], [], []
         eps: dict[str, list[float]] = {t: [] for t in TASKS}
         for seed in range(first, last + 1):
-            path = runs / grid / algo / f"seed{seed}" / "metrics.jsonl"
-            rows = [json.loads(x) for x in path.read_text().splitlines()]
-            trained = [r for r in rows if (r.get("update/trained_rows_frac") or 0) > 0]
-            steps.append(len(trained))
-            low += numbers(trained, "clip_frac_low_active")
-            high += numbers(trained, "clip_frac_high_active")
+            run = load_run(runs / grid / algo / f"seed{seed}")
+            frac = run.get("update/trained_rows_frac")
+            trained = np.zeros(0, np.int64) if frac is None else frac.steps[frac.values > 0]
+            steps.append(trained.size)
+            low += values(run, "clip_frac_low_active", trained)
+            high += values(run, "clip_frac_high_active", trained)
             for t in TASKS:
-                eps[t].append(rows[-1][f"task/{t}/eps_low"])
-            kl += numbers(rows, "rollout/behaviour_kl")
-            stale += numbers(rows, "rollout/staleness_max")
+                eps[t].append(run.task_series(t, "eps_low").values[-1])
+            kl += values(run, "rollout/behaviour_kl")
+            stale += values(run, "rollout/staleness_max")
         mean = statistics.mean
         print(
             f"| {arm} | {mean(steps):.0f} | {100 * mean(low):.1f} % / {100 * mean(high):.1f} % | "

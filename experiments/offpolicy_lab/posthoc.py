@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
+
+from entropace.report.runs import load_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analyse import ARMS, BLOCKS  # noqa: E402
@@ -36,13 +38,17 @@ WARMUP = 20
 
 
 def detectable(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest mean difference a two-sided paired t test detects with ``power``."""
+    """Smallest mean difference a two-sided paired t test at ``alpha`` detects with ``power``:
+    the root in ``delta`` of ``P(|T| > t_crit) - power``, ``T`` noncentral t with ``n - 1``
+    degrees of freedom and noncentrality ``delta / (sd / sqrt(n))``."""
     crit = stats.t.ppf(1 - alpha / 2, n - 1)
-    for delta in np.arange(0.0005, 10 * sd, 0.0005):
+
+    def shortfall(delta: float) -> float:
         nc = delta / (sd / np.sqrt(n))
-        if 1 - stats.nct.cdf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc) >= power:
-            return float(delta)
-    return float("nan")
+        return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc) - power)
+
+    # power is ~1 at noncentrality 8 (and the nct tails turn NaN far beyond it)
+    return float(optimize.brentq(shortfall, 0.0, 8 * sd / np.sqrt(n)))
 
 
 def main() -> None:
@@ -66,12 +72,10 @@ def main() -> None:
         grid, algo = ARMS[arm]
         means: dict[str, list[float]] = {t: [] for t in TASKS}
         for seed in seeds:
-            path = runs / grid / algo / f"seed{seed}" / "metrics.jsonl"
-            metrics = [json.loads(line) for line in path.read_text().splitlines()]
+            run = load_run(runs / grid / algo / f"seed{seed}")
             for t in TASKS:
-                h = [m[f"task/{t}/entropy"] for m in metrics
-                     if isinstance(m.get(f"task/{t}/entropy"), int | float)]  # fmt: skip
-                means[t].append(statistics.mean(h[WARMUP:]))
+                h = run.task_series(t, "entropy").finite()
+                means[t].append(float(h.values[h.steps > WARMUP].mean()))
         print(
             f"| {arm} | " + " | ".join(f"{statistics.mean(v):.2f}" for v in means.values()) + " |"
         )
