@@ -16,6 +16,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "entropace.cli.demo",
     "entropace.cli.envs",
     "entropace.cli.train",
+    "entropace.cli.warmstart",
     "entropace.cli.eval",
     "entropace.cli.report",
     "entropace.cli.compare",

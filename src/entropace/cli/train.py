@@ -52,8 +52,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from entropace.train.checkpoint import CheckpointError
     from entropace.train.config import ConfigError, load_config, load_config_file
+    from entropace.train.demos import DemoError
+    from entropace.train.sft import SFTError
     from entropace.train.trackers import TrackerError, require_trackers
     from entropace.train.trainer import check_run_dir, train
+    from entropace.train.warm_start import WarmStartError
 
     if args.resume is not None and args.overwrite:
         print(
@@ -85,10 +88,14 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = train(cfg, run_dir, resume=args.resume is not None, overwrite=args.overwrite)
-    except (OSError, ImportError, CheckpointError, ConfigError, TrackerError) as err:
+    except (
+        OSError, ImportError, CheckpointError, ConfigError, TrackerError, WarmStartError,
+        DemoError, SFTError,
+    ) as err:
         # OSError: a missing checkpoint, a run directory that holds another run or cannot be
         # written; ConfigError: e.g. a device this machine lacks; TrackerError: a tracker of
-        # log.trackers that did not start (before the first rollout)
+        # log.trackers that did not start (before the first rollout); WarmStartError /
+        # DemoError / SFTError: the warm start could not be built (before the first rollout)
         print(f"entropace train: error: {err}", file=sys.stderr)
         return 2
     if result.stopped_by:

@@ -21,7 +21,7 @@ validated configs) by :func:`build_clip_rule`; add one with ``@register_clip_rul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,24 +51,38 @@ class ClipSettings:
     Attributes:
         eps_low, eps_high: the fixed bounds (``fixed``), and BAPO's bounds before its first
             search.
+        task_bounds: ``fixed`` only: per-task bounds ``{task: (eps_low, eps_high)}`` that
+            replace ``eps_low`` / ``eps_high`` for the tasks named (fixed per-task clip ranges,
+            e.g. the per-task positive control of the pace lab: tight on one task, wide on
+            another, in one shared policy).
         pacer: EPPO's pacer options (``pacer``).
         bapo: BAPO's search options (``bapo``).
     """
 
     eps_low: float = 0.2
     eps_high: float = 0.2
+    task_bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     pacer: PacerConfig = field(default_factory=PacerConfig)
     bapo: BapoConfig = field(default_factory=BapoConfig)
 
     def __post_init__(self) -> None:
-        for name in ("eps_low", "eps_high"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name} must be a number > 0; got {value!r}")
-        if not self.eps_low < 1:
-            raise ValueError(
-                f"eps_low must be < 1 (the lower bound is 1 - eps_low); got {self.eps_low}"
-            )
+        check_bounds(self.eps_low, self.eps_high)
+        for task, pair in self.task_bounds.items():
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise ValueError(f"task_bounds[{task!r}] must be (eps_low, eps_high); got {pair!r}")
+            check_bounds(*pair, where=f"task_bounds[{task!r}]")
+
+
+def check_bounds(eps_low: Any, eps_high: Any, where: str = "") -> None:
+    """``ValueError`` unless ``0 < eps_low < 1`` and ``eps_high > 0`` (numbers)."""
+    prefix = f"{where}: " if where else ""
+    for name, value in (("eps_low", eps_low), ("eps_high", eps_high)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{prefix}{name} must be a number > 0; got {value!r}")
+    if not eps_low < 1:
+        raise ValueError(
+            f"{prefix}eps_low must be < 1 (the lower bound is 1 - eps_low); got {eps_low}"
+        )
 
 
 class ClipRule(Protocol):
@@ -138,14 +152,21 @@ class _Stateless:
 
 @register_clip_rule("fixed")
 class FixedClip(_Stateless):
-    """The same ``(eps_low, eps_high)`` for every task and step (PPO / GRPO / DAPO ...)."""
+    """The same ``(eps_low, eps_high)`` at every step (PPO / GRPO / DAPO ...): for every task,
+    or, for the tasks of ``settings.task_bounds``, that task's own pair."""
 
     def __init__(self, settings: ClipSettings) -> None:
         self.eps = (float(settings.eps_low), float(settings.eps_high))
         self.default_bounds = self.eps
+        self.task_eps = {
+            str(k): (float(lo), float(hi)) for k, (lo, hi) in settings.task_bounds.items()
+        }
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
-        return {k: self.eps for k in signals.task_success}
+        return {k: self.task_eps.get(k, self.eps) for k in signals.task_success}
+
+    def current_bounds(self) -> dict[str, tuple[float, float]]:
+        return dict(self.task_eps)
 
 
 @register_clip_rule("pacer")

@@ -36,6 +36,12 @@ class EnvSpec:
             n/a.
         pools: ``pools(difficulty) -> {name: size}``: the sizes of the family's content pools
             and held-out units (``entropace envs stats``); None: not reported.
+        prior: ``prior(env, rng, **options) -> Policy``: a *demonstration prior*, a noisy
+            demonstrator of the family whose replies follow a distribution the options set
+            (called after ``env.reset(seed)``, drawing from the ``random.Random`` ``rng``);
+            the warm start's ``source: prior`` (:mod:`entropace.train.warm_start`) fine-tunes
+            a model on its episodes. None: the family has none (warm starts use its oracle).
+            Unknown or bad options raise ``TypeError`` / ``ValueError``.
     """
 
     name: str
@@ -48,6 +54,7 @@ class EnvSpec:
     requires: tuple[str, ...] = ()
     splits: tuple[str, ...] = ("train", "test")
     pools: Callable[[str], dict[str, int]] | None = None
+    prior: Callable[..., Policy] | None = None
 
 
 def has_split(name: str, split: str) -> bool:

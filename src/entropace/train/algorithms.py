@@ -89,6 +89,8 @@ class AlgorithmConfig:
             eps_high) | ``pacer`` (EPPO) | ``bapo``.
         eps_low, eps_high: the fixed clip range ``[1 - eps_low, 1 + eps_high]``; None: the
             policy loss's default bounds.
+        task_bounds: ``clip_rule: fixed`` only: fixed per-task bounds ``{task: [eps_low,
+            eps_high]}`` for the tasks named (the others keep ``eps_low`` / ``eps_high``).
         papo: reweight advantages by entropy polarity (PAPO).
         dynamic_sampling: DAPO's filter dropping groups whose rewards are all equal.
         kl_beta: coefficient of the k3 KL to a frozen reference (0: no reference model).
@@ -105,6 +107,7 @@ class AlgorithmConfig:
     clip_rule: str = "fixed"
     eps_low: float | None = None
     eps_high: float | None = None
+    task_bounds: dict[str, list[float]] = field(default_factory=dict)
     papo: bool = False
     dynamic_sampling: bool = False
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
@@ -126,6 +129,7 @@ IDENTITY: dict[str, Any] = {
     "clip_rule": "fixed",
     "eps_low": None,
     "eps_high": None,
+    "task_bounds": {},
     "papo": False,
     "dynamic_sampling": False,
     "overlong": {"enabled": False},
@@ -175,6 +179,15 @@ def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmC
                     f"{a.pacer.bounds0}; set {key}.pacer."
                     f"{'eps0' if name == 'eps_low' else 'eps_high0'}={value} instead"
                 )
+    if a.task_bounds and a.clip_rule != "fixed":
+        raise ConfigError(
+            f"{key}.task_bounds: fixed per-task bounds need {key}.clip_rule=fixed (got "
+            f"{a.clip_rule!r}, which sets every task's bounds itself)"
+        )
+    try:
+        clip_settings(a)
+    except ValueError as exc:
+        raise ConfigError(f"{key}.{exc}") from None
     # checked whether the penalty is on or not (a value switched on later is then valid)
     if a.overlong.cache_len > a.overlong.max_len:
         raise ConfigError(
@@ -206,7 +219,8 @@ def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
 def clip_settings(a: AlgorithmConfig) -> ClipSettings:
     """What :func:`entropace.control.build_clip_rule` builds ``a.clip_rule`` from."""
     lo, hi = effective_bounds(a)
-    return ClipSettings(eps_low=lo, eps_high=hi, pacer=a.pacer, bapo=a.bapo)
+    per_task = {k: tuple(v) for k, v in a.task_bounds.items()}
+    return ClipSettings(eps_low=lo, eps_high=hi, task_bounds=per_task, pacer=a.pacer, bapo=a.bapo)
 
 
 # --------------------------------------------------------------------------------------------

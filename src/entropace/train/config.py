@@ -50,6 +50,7 @@ from entropace.train.schema import (
     to_dict,
 )
 from entropace.train.threads import ThreadsConfig
+from entropace.train.warm_start import WarmStartConfig, validate_warm_start
 
 __all__ = [
     "ConfigError",
@@ -335,7 +336,8 @@ class EvalConfig:
     as ``eval/<task>/success``, ``eval/<task>/reward`` and ``eval/success``.
 
     Attributes:
-        every: evaluate after every N-th training step and after the last one (0: off).
+        every: evaluate before the first step (logged as step 0, the policy the run starts
+            from), after every N-th training step and after the last one (0: off).
         n: held-out seeds per task (the first ``n`` of ``split``, the same at every evaluation).
         split: the seed split the held-out prompts come from (``test`` / ``test_unseen``).
         do_sample: sample at the run's temperature instead of greedy decoding.
@@ -365,6 +367,7 @@ class TrainConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     threads: ThreadsConfig = field(default_factory=ThreadsConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
 
 #: Command-line shortcuts: ``algo=eppo`` is ``algorithm.name=eppo``, ``tasks=db,kg`` is
@@ -502,6 +505,8 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
         check_in("tasks.mix", name, t.names)
     for name in t.options:
         check_in("tasks.options", name, t.names)
+    for name in cfg.algorithm.task_bounds:
+        check_in("algorithm.task_bounds", name, t.names)
     if check_envs:  # build one environment per task now, not after the first rollout
         for name in t.names:
             try:
@@ -540,6 +545,7 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
         _check_decoupled(cfg)
     _warn_autocast(cfg)
     validate_log(cfg.log)
+    validate_warm_start(cfg, check_envs=check_envs)
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "

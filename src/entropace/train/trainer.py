@@ -77,6 +77,7 @@ from entropace.train.snapshots import PolicyPool
 from entropace.train.threads import plan_threads, torch_threads
 from entropace.train.trackers import require_trackers
 from entropace.train.update import task_step, token_advantages, update_step
+from entropace.train.warm_start import warm_started
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +354,18 @@ def _postfix(row: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _check_warm_start(saved: Any, warm: Any, path: Path) -> None:
+    """A resumed run must start from the warm start it was started from (its weights' sha256,
+    recorded in the checkpoint): the KL reference and a LoRA run's base are those weights."""
+    now = None if warm is None else warm.sha256
+    then = saved.get("sha256") if isinstance(saved, dict) else None
+    if then != now:
+        raise CheckpointError(
+            f"{path}: the run started from warm start weights {then or '(none)'}, this config "
+            f"gives {now or '(none)'}; resume with the run's own warm_start settings"
+        )
+
+
 def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) -> None:
     """Log a warning naming every setting a resume changes (they change the run from here)."""
     if saved is None:
@@ -393,11 +406,14 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     )
 
     ckpt_root = run_dir / "checkpoints"
-    seed_everything(cfg.seed)
     tune_allocator()  # large tensors in their own mappings: freed memory returns (train/memory.py)
+    # The warm start (fine-tuned once on demonstrations, then cached): every copy of the policy
+    # (learner, async worker) is built from `built`, whose model.name is its directory
+    built, warm = warm_started(cfg, log=lambda m: logger.info("%s", m))
+    seed_everything(cfg.seed)
 
     # Components (torchtune style: built here, composed in the Learner)
-    model, tokenizer, device = build_model(cfg.model)
+    model, tokenizer, device = build_model(built.model)
     learner = build_learner(cfg, model)
     sampler = TaskSampler(cfg.tasks)
     pool = PolicyPool.build(  # cross-policy sampling's snapshots and other models, or None
@@ -418,6 +434,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
         state = load_checkpoint(path, model=model, optimizer=learner.optimizer)
         start = int(state["step"])
         _warn_changes(state.get("config"), cfg, path)
+        _check_warm_start(state.get("warm_start"), warm, path)
         try:
             learner.scheduler = build_scheduler(
                 learner.optimizer, cfg.optim, optimizer_steps_total(cfg),
@@ -454,6 +471,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
             "sampler": sampler_state,
             "controller": task_step(learner, cfg.tasks.names).state_dict(),
             "skipped_steps": learner.skipped_steps,
+            "warm_start": {"key": warm.key, "sha256": warm.sha256} if warm else None,
         }
         extra = {ROLLOUTS_FILE: [output_state(o) for o in in_flight]} if in_flight else None
         save_checkpoint(
@@ -468,8 +486,12 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     weights = trainable_weights(model)
     try:
         with stop_handlers(stop), torch_threads(threads.learner):
+            if not resume and cfg.eval.every:  # the policy the run starts from, as step 0
+                t_eval = time.perf_counter()
+                row = held_out_metrics(model, tokenizer, cfg)
+                writer.write(0, {**row, "time/eval": time.perf_counter() - t_eval})
             pipeline = open_pipeline(
-                cfg, model, tokenizer, sampler, make_job, build_model=build_model,
+                built, model, tokenizer, sampler, make_job, build_model=build_model,
                 rollout_threads=threads.rollout, start=start, restored=restored,
                 policies=(lambda: pool.members(model)) if pool is not None else None,
             )  # fmt: skip

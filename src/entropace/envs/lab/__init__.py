@@ -11,7 +11,9 @@ from entropace.envs.lab.env import (
     LabEnv,
     LabTask,
     check_credit,
+    favourite_letter,
     lab_oracle,
+    lab_prior,
     matched_positions,
     matched_prefix,
     score_reply,
@@ -25,7 +27,9 @@ __all__ = [
     "LabEnv",
     "LabTask",
     "check_credit",
+    "favourite_letter",
     "lab_oracle",
+    "lab_prior",
     "matched_positions",
     "matched_prefix",
     "score_reply",
@@ -45,6 +49,7 @@ def _spec(task: LabTask) -> EnvSpec:
         name=task.name,
         factory=factory,
         oracle=lab_oracle,
+        prior=lab_prior,
         description=(
             f"pace-mismatch lab, {task.level}: reply with a {len(task.code)}-{unit} code{extra}"
         ),

@@ -63,7 +63,9 @@ __all__ = [
     "LabEnv",
     "LabTask",
     "check_credit",
+    "favourite_letter",
     "lab_oracle",
+    "lab_prior",
     "matched_positions",
     "matched_prefix",
     "score_reply",
@@ -275,5 +277,68 @@ def lab_oracle(env: Any) -> Any:
         if start < 0:  # a later observation (after a parse error): the code is known
             return str(env.gold)
         return obs[start + len(marker) :].split(".", 1)[0]
+
+    return policy
+
+
+def _per_position(name: str, value: float | list[float], n: int) -> list[float]:
+    """``value`` for each of ``n`` positions (a number for all, or a list of ``n``)."""
+    values = [value] * n if isinstance(value, int | float) else list(value)
+    if len(values) != n or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values
+    ):
+        raise ValueError(f"{name} must be a probability or a list of {n} probabilities in [0, 1]")
+    return [float(v) for v in values]
+
+
+def favourite_letter(alphabet: str, letter: str) -> str:
+    """The favourite wrong letter of a position whose code letter is ``letter``: the next
+    letter of the task's alphabet, cyclically (``SFwk``: S -> F, k -> S)."""
+    return alphabet[(alphabet.index(letter) + 1) % len(alphabet)]
+
+
+def lab_prior(
+    env: Any,
+    rng: random.Random,
+    correct: float | list[float] = 0.5,
+    favourite: float | list[float] = 0.0,
+) -> Any:
+    """The lab's demonstration prior (:attr:`entropace.envs.EnvSpec.prior`): a demonstrator
+    that writes each position ``i`` of the code independently as
+
+    * the code's letter with probability ``correct[i]``;
+    * the position's *favourite wrong letter* (:func:`favourite_letter`) with probability
+      ``favourite[i]``;
+    * otherwise one of the alphabet's other letters, uniformly.
+
+    ``correct`` and ``favourite`` are one probability for every position or a list with one
+    per position of the code (its length at the env's difficulty), with ``correct[i] +
+    favourite[i] <= 1`` (and ``= 1`` on a two-letter alphabet). A position whose favourite is
+    likelier than its code letter makes the prior's mode wrong there: a model fine-tuned on the
+    prior then fails greedily and samples the rewarded letter at a low probability (lab v3,
+    docs/lab.md). Called after ``env.reset(seed)``; replies ignore the observation.
+    """
+    gold, alphabet = str(env.gold), env.task.alphabet
+    p_correct = _per_position("correct", correct, len(gold))
+    p_favourite = _per_position("favourite", favourite, len(gold))
+    for i, (c, f) in enumerate(zip(p_correct, p_favourite)):
+        if c + f > 1.0 + 1e-12 or (len(alphabet) == 2 and abs(c + f - 1.0) > 1e-12):
+            raise ValueError(
+                f"position {i}: correct + favourite = {c + f:g} must be <= 1 (and = 1 on a "
+                "two-letter alphabet, which has no other letters)"
+            )
+
+    def letter(i: int) -> str:
+        code = gold[i]
+        fav = favourite_letter(alphabet, code)
+        u = rng.random()
+        if u < p_correct[i]:
+            return code
+        if u < p_correct[i] + p_favourite[i]:
+            return fav
+        return rng.choice([a for a in alphabet if a not in (code, fav)])
+
+    def policy(obs: str) -> str:
+        return "".join(letter(i) for i in range(len(gold)))
 
     return policy

@@ -1,0 +1,314 @@
+"""The warm start (train/demos.py, train/sft.py, train/warm_start.py): the demonstrations' token
+layout and loss mask, the fine-tuning loss against a float64 loop, micro-batch invariance, a
+bit-reproducible build, the cache and the pin, loading the result, and config errors."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from entropace.envs import make, spec
+from entropace.envs.lab import LAB_TASKS, favourite_letter
+from entropace.envs.toy import register_letter_envs
+from entropace.rollout.chat import ChatLayout
+from entropace.train.config import ConfigError, load_config
+from entropace.train.demos import (
+    Demo,
+    DemoError,
+    policy_demos,
+    prior_policy,
+    read_jsonl_demos,
+    tokenize_demo,
+)
+from entropace.train.sft import batches, fine_tune
+from entropace.train.warm_start import (
+    WarmStartError,
+    ensure_warm_start,
+    file_sha256,
+    warm_start_key,
+)
+
+register_letter_envs("letter", "letter2")
+
+LAB = ["lab2-easy", "lab2-mid", "lab2-hard"]
+#: a lab run with a short prior warm start (the lab3 preset's shape, few steps)
+BASE = [
+    "model=tiny", "tasks=lab2-easy,lab2-mid,lab2-hard", "steps=2", "algo=grpo", "P=1", "G=4",
+    "rollout.max_turns=1", "rollout.max_new_tokens_per_turn=5", "rollout.max_episode_tokens=256",
+    "log.progress=false", "log.tensorboard=false", "log.report=false",
+    "warm_start.source=prior", "warm_start.episodes=16", "warm_start.steps=6",
+    "warm_start.batch_size=8", "warm_start.micro_batch_size=8", "warm_start.measure_prompts=2",
+    "warm_start.measure_samples=2",
+]  # fmt: skip
+PRIOR = (
+    "warm_start.prior={lab2-easy: {correct: [0.6, 0.25], favourite: [0.2, 0.55]}, "
+    "lab2-hard: {correct: 0.15, favourite: 0.5}}"
+)
+WARM = [*BASE, PRIOR]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+# ------------------------------------------------------------------------------ layout
+
+
+def test_tokenized_demo_is_the_chat_template_with_the_mask_on_replies(tiny_tokenizer) -> None:
+    layout = ChatLayout(tiny_tokenizer)
+    demo = Demo(
+        task="t",
+        messages=(
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "Again."},
+            {"role": "assistant", "content": "hi there"},
+        ),
+    )
+    row = tokenize_demo(layout, demo, max_tokens=10_000)
+    # the whole sequence is ChatML's rendering of the conversation up to the last reply's end
+    expected = (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay hi.<|im_end|>\n"
+        "<|im_start|>assistant\nhi<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n"
+        "<|im_start|>assistant\nhi there<|im_end|>"
+    )
+    assert layout.decode(row.ids) == expected
+    # the loss mask covers exactly the replies and the end-of-turn token the model generates
+    masked = [i for i, m in zip(row.ids, row.loss_mask) if m]
+    assert layout.decode(masked) == "hi<|im_end|>hi there<|im_end|>"
+    assert masked.count(tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")) == 2
+    assert not row.truncated
+    cut = tokenize_demo(layout, demo, max_tokens=len(row.ids) - 3)
+    assert cut.truncated and cut.ids == row.ids[:-3] and cut.loss_mask == row.loss_mask[:-3]
+
+
+def test_prompt_is_the_rollout_engines_first_prompt(tiny_tokenizer) -> None:
+    layout = ChatLayout(tiny_tokenizer)
+    env = make("lab2-mid")
+    obs, _ = env.reset(5)
+    demo = policy_demos("lab2-mid", lambda: make("lab2-mid"), [5], spec("lab2-mid").oracle,
+                        keep_failures=False)[0][0]  # fmt: skip
+    row = tokenize_demo(layout, demo, 10_000)
+    prompt = layout.prompt_ids(env.system_prompt, obs)
+    assert row.ids[: len(prompt)] == prompt and not any(row.loss_mask[: len(prompt)])
+    assert layout.decode(row.ids[len(prompt) :]) == "JHj<|im_end|>"
+    assert demo.success and demo.seed == 5
+
+
+def test_oracle_demos_keep_successes_and_prior_demos_keep_everything() -> None:
+    demos, dropped = policy_demos(
+        "letter", lambda: make("letter"), [0, 1, 2], lambda env: (lambda obs: "zzz"),
+        keep_failures=False,
+    )  # fmt: skip
+    assert demos == [] and dropped == 3
+    demos, dropped = policy_demos(
+        "letter", lambda: make("letter"), [0, 1], lambda env: (lambda obs: "zzz"),
+        keep_failures=True,
+    )  # fmt: skip
+    # a failing episode runs to the turn limit: reply, "Try again.", reply
+    assert dropped == 0 and [len(d.messages) for d in demos] == [5, 5]
+    assert [m["role"] for m in demos[0].messages] == [
+        "system", "user", "assistant", "user", "assistant"
+    ]  # fmt: skip
+
+
+def test_lab_prior_follows_its_probabilities() -> None:
+    """Each position: the code's letter with p = correct, the favourite wrong letter with p =
+    favourite, the other letters uniformly (chi-square-free check: 4 SE bounds, 20k draws)."""
+    task = LAB_TASKS["lab2-mid"]  # alphabet JHjqY, code JHj
+    correct, favourite = [0.3, 0.2, 0.6], [0.5, 0.1, 0.0]
+    build = prior_policy("lab2-mid", random.Random(1), {"correct": correct, "favourite": favourite})
+    env = make("lab2-mid")
+    env.reset(3)
+    policy = build(env)
+    n = 20_000
+    replies = [policy("") for _ in range(n)]
+    for i, letter in enumerate(task.code):
+        fav = favourite_letter(task.alphabet, letter)
+        counts = Counter(r[i] for r in replies)
+        others = [a for a in task.alphabet if a not in (letter, fav)]
+        expected = {letter: correct[i], fav: favourite[i]}
+        expected.update({a: (1 - correct[i] - favourite[i]) / len(others) for a in others})
+        for a, p in expected.items():
+            se = (p * (1 - p) / n) ** 0.5
+            assert abs(counts[a] / n - p) <= 4 * se + 1e-12, (i, a, counts[a] / n, p)
+    assert favourite_letter("SFwk", "S") == "F" and favourite_letter("SFwk", "k") == "S"
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"correct": [0.5]}, "list of 3"),
+        ({"correct": 0.7, "favourite": 0.5}, "<= 1"),
+        ({"correct": 1.5}, "probability"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_bad_prior_options_are_refused_at_config_load(options: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [*BASE, f"warm_start.prior={{lab2-mid: {json.dumps(options)}}}"])
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["tasks=letter"], "no demonstration prior"),
+        (["warm_start.source=jsonl"], "warm_start.path"),
+        (["warm_start.source=jsonl", "warm_start.path=/nonexistent.jsonl"], "does not exist"),
+        (["warm_start.tasks=[letter]"], "not among the run's tasks"),
+        (["warm_start.source=oracle", PRIOR], "prior applies to source=prior"),
+        (["warm_start.tasks=[lab2-mid]", PRIOR], "not among the warm start's tasks"),
+        (["warm_start.sha256=abc"], "64 lowercase hex"),
+        (["warm_start.micro_batch_size=9"], "exceeds"),
+        (["warm_start.source=sft"], "warm_start.source"),
+        (["warm_start.steps=0"], "warm_start.steps"),
+    ],
+)
+def test_bad_warm_start_configs_are_refused_at_load(overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [*BASE, *overrides])
+
+
+def test_jsonl_demos_are_read_and_malformed_lines_named(tmp_path: Path) -> None:
+    good = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "task": "kg"}) + "\n")
+    demos = read_jsonl_demos(path)
+    assert [d.task for d in demos] == ["", "kg"] and demos[0].messages[1]["content"] == "a"
+    bad_rows = {
+        "not json": "line 1",
+        json.dumps({"messages": [{"role": "assistant", "content": "a"}]}): "first message",
+        json.dumps({"messages": [{"role": "user", "content": "q"}]}): "no 'assistant'",
+        json.dumps({"messages": [{"role": "user", "content": "q"},
+                                 {"role": "user", "content": "q"}]}): "alternate",  # fmt: skip
+        json.dumps({"messages": [{"role": "bot", "content": "q"}]}): "role 'bot'",
+        json.dumps({**good, "extra": 1}): "unknown field",
+        json.dumps([1]): "expected an object",
+    }
+    for text, match in bad_rows.items():
+        path.write_text(text + "\n")
+        with pytest.raises(DemoError, match=match):
+            read_jsonl_demos(path)
+
+
+# ------------------------------------------------------------------------------ the loss
+
+
+def _rows(tiny_tokenizer, n: int = 6):
+    layout = ChatLayout(tiny_tokenizer)
+    rng = random.Random(0)
+    build = prior_policy("lab2-hard", rng, {"correct": 0.3, "favourite": 0.3})
+    demos = policy_demos("lab2-hard", lambda: make("lab2-hard"), range(n), build,
+                         keep_failures=True)[0]  # fmt: skip
+    return [tokenize_demo(layout, d, 10_000) for d in demos]
+
+
+def test_first_loss_is_the_float64_nll_of_the_replies(tiny_model_and_tokenizer) -> None:
+    model, tokenizer = tiny_model_and_tokenizer
+    rows = _rows(tokenizer)
+    reference = model.double()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for r in rows:  # one sequence at a time, no padding: the brute-force reference
+            logits = reference(torch.tensor([r.ids])).logits[0].double()
+            logp = torch.log_softmax(logits, dim=-1)
+            for t in range(1, len(r.ids)):
+                if r.loss_mask[t]:
+                    total -= float(logp[t - 1, r.ids[t]])
+                    count += 1
+    model.float()
+    losses = fine_tune(model, rows, steps=1, batch_size=len(rows), micro_batch_size=2,
+                       lr=1e-3, pad_id=tokenizer.pad_token_id)  # fmt: skip
+    assert losses[0] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_micro_batching_does_not_change_the_fine_tuning(single_thread) -> None:
+    from entropace.models.tiny import build_tiny_model
+
+    results = []
+    for micro in (1, 3, 6):
+        model, tokenizer = build_tiny_model(seed=0)
+        rows = _rows(tokenizer)
+        losses = fine_tune(model, rows, steps=3, batch_size=6, micro_batch_size=micro, lr=3e-3,
+                           pad_id=tokenizer.pad_token_id)  # fmt: skip
+        results.append((losses, [p.detach().clone() for p in model.parameters()]))
+    for losses, params in results[1:]:
+        assert losses == pytest.approx(results[0][0], rel=1e-5)
+        for a, b in zip(params, results[0][1]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_batches_draw_without_replacement_within_a_pass() -> None:
+    out = batches(10, 4, 5, torch.Generator().manual_seed(0))
+    flat = [i for b in out for i in b]
+    assert len(out) == 5 and all(len(b) == 4 for b in out)
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))
+
+
+# ------------------------------------------------------------------------------ build, cache
+
+
+def test_build_is_bit_reproducible_cached_pinned_and_loads(cache, single_thread) -> None:
+    cfg = load_config(None, WARM)
+    first = ensure_warm_start(cfg)
+    assert first.built and first.path.parent == cache / "warmstart"
+    again = ensure_warm_start(cfg)  # from the cache, not rebuilt
+    assert not again.built and again.sha256 == first.sha256
+    rebuilt = ensure_warm_start(cfg, rebuild=True)  # a second build: the same bytes
+    assert rebuilt.built and rebuilt.sha256 == first.sha256
+    assert file_sha256(rebuilt.path / "model.safetensors") == first.sha256
+    record = json.loads((first.path / "warm_start.json").read_text())
+    assert record["sha256"] == first.sha256 and len(record["losses"]) == 6
+    assert record["demos"]["lab2-easy"] == {"kept": 16, "dropped": 0}
+    assert set(record["measured"]) == set(LAB)
+    # the pin: the same config pinned to another hash is refused, its own hash accepted
+    pinned = load_config(None, [*WARM, f"warm_start.sha256={'f' * 64}"])
+    assert warm_start_key(pinned) == warm_start_key(cfg)  # the pin is not part of the recipe
+    with pytest.raises(WarmStartError, match="pins"):
+        ensure_warm_start(pinned)
+    ensure_warm_start(load_config(None, [*WARM, f"warm_start.sha256={first.sha256}"]))
+    # a changed recipe is another key
+    assert warm_start_key(load_config(None, [*WARM, "warm_start.lr=2e-3"])) != first.key
+    # model.name loads the result: the same weights
+    from entropace.models import load_model
+
+    model, tokenizer = load_model(str(first.path))
+    assert tokenizer.chat_template is not None
+    from safetensors.torch import load_file
+
+    saved = load_file(str(first.path / "model.safetensors"))
+    for name, value in model.state_dict().items():
+        if name in saved:
+            assert torch.equal(value, saved[name])
+
+
+def test_training_starts_from_the_warm_start_and_evaluates_it_at_step_0(
+    cache, tmp_path, single_thread
+) -> None:
+    from entropace.models import load_model
+    from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
+    from entropace.train.held_out import held_out_metrics
+    from entropace.train.metrics_log import read_metrics
+    from entropace.train.trainer import train
+
+    cfg = load_config(None, [*WARM, "eval.every=2", "eval.n=3"])
+    warm = ensure_warm_start(cfg)
+    train(cfg, tmp_path / "run")
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    # step 0 is the warm-started policy the run started from, on the held-out seeds
+    model, tokenizer = load_model(str(warm.path))
+    expected = held_out_metrics(model, tokenizer, cfg)
+    assert {k: v for k, v in rows[0].items() if k.startswith("eval/")} == pytest.approx(expected)
+    assert "eval/lab2-hard/success" in rows[2]
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    state = load_checkpoint(ckpt, model=load_model(str(warm.path))[0], restore_rng=False)
+    assert state["warm_start"] == {"key": warm.key, "sha256": warm.sha256}
