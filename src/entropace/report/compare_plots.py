@@ -162,8 +162,8 @@ def draw_half_life_figure(
     ax_hl.set_xlim(-0.5, len(tasks) - 0.5)
     ax_hl.set_ylabel("step")
     ax_hl.set_title(
-        f"entropy half-life per task (time to {fraction:g} of the start; dots: seeds, open = "
-        f"censored; squares: mean and {level * 100:g}% t interval)",
+        f"entropy half-life per task (time to {fraction:g} of the start)\ndots: seeds (open: "
+        f"censored at the last step); squares: mean and {level * 100:g}% t interval",
         fontsize=9,
     )
     ax_hl.legend(fontsize=7, loc="best", framealpha=0.7, ncols=max(1, len(algos) // 6))
