@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from entropace.cli import main
+from entropace.diagnostics.pace_measures import half_life
 from entropace.envs.toy import register_letter_envs
 from entropace.report import grid as grid_module
 from entropace.report import load_run, pace_diagnostics
@@ -284,8 +285,19 @@ def test_grid_end_to_end(grid: Path) -> None:
     d = out["paired_difference"]["success"]["eppo+papo"]["average"]
     assert d["mean"] == pytest.approx(np.mean(diffs), abs=1e-12)
     assert set(out["eps_low"]) == {"grpo", "eppo+papo"} and list(out["polarity"]) == ["eppo+papo"]
-    assert out["figures"] == ["compare_entropy.png", "compare_success.png"]
+    assert out["figures"] == ["compare_entropy.png", "compare_success.png", "compare_half_life.png"]
     assert "fewer than 5 steps in 4 runs" in "\n".join(out["notes"])
+    # the half-lives of the trainer's own entropy curves (issue 28), as the diagnostics give them
+    for algo in ("grpo", "eppo+papo"):
+        for row in out["measures"]["runs"][algo]:
+            rows = read_metrics(grid / algo / f"seed{row['seed']}")
+            for t in out["tasks"]:
+                ref = half_life([r[f"task/{t}/entropy"] for r in rows], [r["step"] for r in rows])
+                assert row["half_life"][t] == ref.step
+                assert row["half_life_censored"][t] is ref.censored
+            assert row["pace_gap"] == pytest.approx(
+                abs(row["half_life"][out["tasks"][0]] - row["half_life"][out["tasks"][1]])
+            )
 
 
 def test_second_invocation_skips_finished_runs(grid: Path, monkeypatch, capsys) -> None:

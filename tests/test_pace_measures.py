@@ -1,5 +1,6 @@
-"""Pace and success measures of issue 23 (diagnostics.pace_measures) and the exact tests
-(report.stats): hand computations, the pacer's own tracker, SciPy as a reference."""
+"""Pace and success measures of issues 23 and 28 (diagnostics.pace_measures) and the exact tests
+(report.stats): hand computations, the pacer's own tracker, an independent interpolation and
+SciPy as references."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import pytest
 from entropace.control import EntropyPacer
 from entropace.diagnostics import crossover_count
 from entropace.diagnostics.pace_measures import (
+    HalfLife,
+    half_life,
+    half_lives,
     noise_tied_crossovers,
+    pace_gap,
     pace_spread,
     retained_ratio_curves,
     step_noise,
     success_auc,
     time_to_solve,
+    window_mean,
 )
 from entropace.report.stats import (
     fisher_exact,
@@ -124,6 +130,142 @@ def test_success_auc_and_time_to_solve_hand_computed() -> None:
         success_auc([20, 10], [0.0, 1.0], last=40)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         success_auc([10], [1.5], last=40)
+
+
+def test_success_auc_starts_from_a_step_zero_evaluation() -> None:
+    # success 0 at step 0 (before training), 1 at step 10, run of 10 steps: a ramp, area 5 -> 0.5.
+    assert success_auc([0, 10], [0.0, 1.0], last=10) == pytest.approx(0.5, abs=1e-15)
+    # without the step-0 row the first evaluation (1.0) is held back to step 0: 1.0
+    assert success_auc([10], [1.0], last=10) == pytest.approx(1.0, abs=1e-15)
+    # step 0 at 0.2, steps 10 / 20 at 0 / 1, last 40: 1 + 0 + 5 + 20 = 26 -> 26 / 40
+    assert success_auc([0, 10, 20], [0.2, 0.0, 1.0], last=40) == pytest.approx(26 / 40, abs=1e-15)
+    solved_at_start = time_to_solve([0, 10], [1.0, 1.0], last=10)
+    assert (solved_at_start.step, solved_at_start.censored) == (0.0, False)
+
+
+# --------------------------------------------------------------------- half-life, pace gap (28)
+def test_half_life_interpolates_between_logged_steps() -> None:
+    # target 0.5: last above is step 3 (0.6), first at/below step 4 (0.4): 3 + 0.1 / 0.2
+    assert half_life([1.0, 0.8, 0.6, 0.4]) == HalfLife(3.5, False, 1.0, 0.5)
+    assert half_life([1.0, 0.8, 0.6, 0.4], hold=0).step == 3.5
+    # the same values at steps 0, 2, 4, 10: 4 + 6 * 0.1 / 0.2 = 7
+    assert half_life([1.0, 0.8, 0.6, 0.4], [0, 2, 4, 10]).step == pytest.approx(7.0, abs=1e-15)
+    # a value exactly at the target is the crossing: 2 + (1.5 - 1.0) / (1.5 - 1.0) = 3
+    assert half_life([2.0, 1.5, 1.0, 0.9]).step == pytest.approx(3.0, abs=1e-15)
+    # another fraction: target 0.3 of 2.0 = 0.6, between step 2 (1.0) and 3 (0.5): 2 + 0.4 / 0.5
+    assert half_life([2.0, 1.0, 0.5], fraction=0.3).step == pytest.approx(2.8, abs=1e-15)
+    assert half_life([2.0, 1.0, 0.5], fraction=0.3).target == pytest.approx(0.6, abs=1e-15)
+
+
+def test_half_life_is_right_censored_at_the_last_step() -> None:
+    never = half_life([1.0, 0.8, 0.6, 0.4], fraction=0.25)
+    assert never == HalfLife(4.0, True, 1.0, 0.25)
+    assert half_life([1.0, 0.9, 0.7], [5, 9, 30]) == HalfLife(30.0, True, 1.0, 0.5)
+    rising = half_life([0.5, 0.6, 0.9])  # a curve that rises never halves
+    assert (rising.step, rising.censored) == (3.0, True)
+
+
+def test_half_life_noisy_dip_must_hold() -> None:
+    dip = [1.0, 0.9, 0.45, 0.85, 0.7, 0.4, 0.3]
+    # raw first crossing (hold 0): the one-step dip at step 3, 2 + 0.4 / 0.45
+    assert half_life(dip, hold=0).step == pytest.approx(2 + 0.4 / 0.45, abs=1e-15)
+    # hold 1 (default): the dip rises back at step 4, the crossing that holds is 5 + 0.2 / 0.3
+    assert half_life(dip).step == pytest.approx(5 + 0.2 / 0.3, abs=1e-15)
+    # hold 2 at the end of the curve: steps 6, 7 are all there is after the crossing
+    assert half_life(dip, hold=2).step == pytest.approx(5 + 0.2 / 0.3, abs=1e-15)
+    # a two-step dip passes hold 1 but not hold 2
+    two = [1.0, 0.45, 0.4, 0.9, 0.8, 0.3, 0.2, 0.1]
+    assert half_life(two).step == pytest.approx(1 + 0.5 / 0.55, abs=1e-15)
+    assert half_life(two, hold=2).step == pytest.approx(5 + 0.3 / 0.5, abs=1e-15)
+    # a crossing at the very last point has nothing to hold for: it counts (2 + 0.3 / 0.4)
+    last = half_life([1.0, 0.8, 0.4])
+    assert (last.step, last.censored) == (pytest.approx(2.75, abs=1e-15), False)
+    # a dip at the last point after an earlier one that rose back: only the last one counts
+    assert half_life([1.0, 0.4, 0.9, 0.45]).step == pytest.approx(3 + 0.4 / 0.45, abs=1e-15)
+
+
+def test_half_life_drops_nan_and_spans_missing_steps() -> None:
+    # NaN values are dropped with their steps: start = 1.0 at step 2; (4, 0.6) -> (5, 0.4)
+    assert half_life([math.nan, 1.0, math.nan, 0.6, 0.4]) == HalfLife(4.5, False, 1.0, 0.5)
+    # a missing value between steps 1 and 3: the interpolation spans it, 1 + 2 * 0.5 / 0.6
+    assert half_life([1.0, math.nan, 0.4, 0.3]).step == pytest.approx(1 + 2 * 0.5 / 0.6, abs=1e-15)
+    # the same as logging only steps 1, 3, 4
+    assert half_life([1.0, 0.4, 0.3], [1, 3, 4]) == half_life([1.0, math.nan, 0.4, 0.3])
+
+
+def test_half_life_equals_the_root_of_the_linear_interpolant() -> None:
+    """Independent reference on strictly decreasing curves (where every crossing holds): the
+    step at which numpy's piecewise-linear interpolant of (step, h) reaches the target."""
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        n = int(rng.integers(3, 40))
+        steps = np.cumsum(rng.integers(1, 4, n)).astype(float)
+        h = np.cumsum(rng.uniform(0.01, 0.3, n))[::-1] + rng.uniform(0.0, 0.5)
+        frac = float(rng.uniform(0.05, 0.95))
+        target = frac * h[0]
+        got = half_life(h, steps, fraction=frac)
+        if h[-1] > target:
+            assert (got.step, got.censored) == (steps[-1], True)
+            continue
+        ref = float(np.interp(target, h[::-1], steps[::-1]))
+        assert got.step == pytest.approx(ref, rel=1e-12) and not got.censored
+        assert half_life(h, steps, fraction=frac, hold=0) == got
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"fraction": 0.0}, "fraction"),
+        ({"fraction": 1.0}, "fraction"),
+        ({"hold": -1}, "hold"),
+        ({"hold": 1.5}, "hold"),
+        ({"hold": True}, "hold"),
+        ({"values": [0.0, 0.0]}, "start"),
+        ({"values": [math.nan, math.nan]}, "finite"),
+        ({"values": [1.0, 0.5], "steps": [2, 2]}, "increasing"),
+        ({"values": [1.0, 0.5], "steps": [1, 2, 3]}, "equal length"),
+    ],
+)
+def test_half_life_refuses_bad_input(bad: dict, match: str) -> None:
+    kwargs = {"values": [1.0, 0.4], **bad}
+    with pytest.raises(ValueError, match=match):
+        half_life(**kwargs)
+
+
+def test_half_lives_and_pace_gap_over_tasks() -> None:
+    curves = {
+        "easy": [1.0, 0.4, 0.2, 0.1],
+        "mid": [1.0, 0.9, 0.6, 0.2],
+        "hard": [2.0, 1.8, 1.5, 1.2, 1.1],
+    }
+    lives = half_lives(curves)
+    assert lives["easy"].step == pytest.approx(1 + 0.5 / 0.6, abs=1e-15)
+    assert lives["mid"].step == pytest.approx(3 + 0.1 / 0.4, abs=1e-15)
+    hard = lives["hard"]  # never at or below 1.0 = 0.5 * 2.0: censored at its last step
+    assert (hard.step, hard.censored) == (5.0, True)
+    assert pace_gap(lives) == pytest.approx(5.0 - (1 + 0.5 / 0.6), abs=1e-15)
+    # each task on its own steps
+    own = half_lives({"a": [1.0, 0.4], "b": [1.0, 0.4]}, {"a": [1, 2], "b": [1, 11]})
+    assert (own["a"].step, own["b"].step) == (
+        pytest.approx(1 + 0.5 / 0.6),
+        pytest.approx(1 + 10 * 0.5 / 0.6),
+    )
+    assert pace_gap(own) == pytest.approx(9 * 0.5 / 0.6, abs=1e-12)
+    assert pace_gap({"a": 4.5, "b": 12.0, "c": 7.0}) == 7.5
+    with pytest.raises(ValueError, match="two tasks"):
+        pace_gap({"a": 1.0})
+    with pytest.raises(ValueError, match="finite"):
+        pace_gap({"a": 1.0, "b": math.nan})
+
+
+def test_window_mean_over_logged_steps() -> None:
+    h = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert window_mean(h) == 3.0
+    assert window_mean(h, first=2, last=4) == 3.0
+    assert window_mean(h, first=4) == 4.5 and window_mean(h, last=1) == 1.0
+    assert window_mean([1.0, 2.0, math.nan, 4.0], first=2) == 3.0  # NaN dropped: (2 + 4) / 2
+    assert window_mean([1.0, 3.0], [10, 30], first=11, last=30) == 3.0
+    assert math.isnan(window_mean(h, first=6))
 
 
 def test_exact_tests_hand_values() -> None:

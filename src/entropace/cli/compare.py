@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ examples:
   entropace compare --preset quick --algos grpo,eppo,eppo-success --seeds 5 steps=50 --out cmp/
   entropace compare --preset quick --algos grpo,eppo --seeds 3 --out cmp/ --jobs 2
   entropace compare --report cmp/ --baseline grpo --last-k 10    # the report only
+  entropace compare --report cmp/ --entropy-window 1:60 --half-life-fraction 0.25
 
 runs go to OUT/<algo>/seed<k>/ (ordinary run directories). Running the same command again
 skips finished runs, resumes interrupted ones from their last checkpoint and starts missing
@@ -41,14 +43,48 @@ def _algos(text: str) -> list[str]:
     return names
 
 
-def _positive(text: str) -> int:
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+_positive = _int_at_least(1)
+_non_negative = _int_at_least(0)
+
+
+def _fraction(text: str) -> float:
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value}")
     return value
+
+
+def _window(text: str) -> tuple[int | None, int | None]:
+    """``"A:B"``, ``"A:"`` or ``":B"`` (steps, inclusive) -> ``(A or None, B or None)``."""
+    lo, sep, hi = text.partition(":")
+    try:
+        bounds = tuple(int(x) if x.strip() else None for x in (lo, hi))
+    except ValueError:
+        bounds = ()
+    if not sep or len(bounds) != 2:
+        raise argparse.ArgumentTypeError(f"expected FIRST:LAST steps, e.g. 1:60, got {text!r}")
+    first, last = bounds
+    if first is not None and last is not None and first > last:
+        raise argparse.ArgumentTypeError(f"empty window {text!r} (FIRST > LAST)")
+    return first, last
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +93,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="train algorithms x seeds and compare them with confidence intervals",
         description=(
             "Train every (algorithm, seed) of a grid with the same preset and overrides "
-            "(resumable), then write a comparison: per-task final success, pace diagnostics, "
+            "(resumable), then write a comparison: per-task final success, pace diagnostics "
+            "and measures (pace_spread, entropy half-lives and pace_gap, held-out success), "
             "eps_k and polarity summaries as mean ± 95% Student-t CI over seeds, and each "
             "algorithm's paired difference to a baseline."
         ),
@@ -100,6 +137,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--crossover-ema", type=float, default=0.9,
         help="EMA beta smoothing entropy curves before counting crossovers; 0: none (0.9)",
     )  # fmt: skip
+    p.add_argument(
+        "--half-life-fraction", type=_fraction, default=0.5, metavar="F",
+        help="entropy half-life = the step at which task/<k>/entropy first falls to F of its "
+             "value at the first logged step (interpolated; default 0.5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--half-life-hold", type=_non_negative, default=1, metavar="N",
+        help="the half-life's crossing must hold for the next N logged steps, so a one-step "
+             "dip does not count (default 1; 0: the raw first crossing)",
+    )  # fmt: skip
+    p.add_argument(
+        "--entropy-window", type=_window, default=(None, None), metavar="FIRST:LAST",
+        help="steps (inclusive) of the per-task mean entropy entropy_mean/<k>, e.g. 1:60 or 21: "
+             "(default: the whole run)",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -116,6 +168,12 @@ def _report(args: argparse.Namespace, root: Path) -> int:
         md = write_compare(
             root, baseline=args.baseline, last_k=args.last_k, level=args.level,
             crossover_ema=ema,
+            measures={
+                "half_life_fraction": args.half_life_fraction,
+                "half_life_hold": args.half_life_hold,
+                "entropy_from": args.entropy_window[0],
+                "entropy_to": args.entropy_window[1],
+            },
         )  # fmt: skip
     except (OSError, ValueError, ImportError) as err:
         return _error(str(err))

@@ -9,7 +9,10 @@ Per run (one seed), from its ``metrics.jsonl`` (:func:`entropace.report.load_run
   per-task entropy curves, trend R^2 of ``h_k`` vs ``log s``, spike amplitude), the same
   numbers ``entropace report`` prints for that run;
 - eps_k: the last finite ``task/<k>/eps_low`` / ``eps_high`` (the clip range of the last step);
-- polarity (PAPO): the mean over steps of ``polarity/pos_mass`` and ``polarity/w_plus``.
+- polarity (PAPO): the mean over steps of ``polarity/pos_mass`` and ``polarity/w_plus``;
+- the pace and held-out success measures of :mod:`entropace.report.measures` (``pace_spread``,
+  noise-tied crossovers, entropy half-lives and ``pace_gap``, mean entropy per task, success
+  AUC, time to solve, exact tests on solve counts), drawn in ``compare_half_life.png``.
 
 Over the seeds of an algorithm each number becomes ``mean ± half-width`` of the two-sided
 ``level`` Student-t interval (:func:`entropace.report.stats.mean_ci`, n - 1 dof; one seed gives
@@ -29,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from entropace.report.compare_plots import draw_band_figure
+from entropace.report.compare_plots import draw_band_figure, draw_half_life_figure
 from entropace.report.grid import GRID_FILE
-from entropace.report.measures import DEFAULTS, measure_blocks, measure_run
+from entropace.report.measures import measure_blocks, measure_run, resolve_options
 from entropace.report.runs import RunData, load_run
 from entropace.report.stats import MeanCI, mean_ci, paired_difference
 from entropace.report.summary import (
@@ -204,15 +207,19 @@ def write_compare(
     """Write ``compare.md`` / ``compare.html`` / ``compare.json`` and PNGs for the grid in
     ``root`` into ``out_dir`` (default ``root``); returns the path of ``compare.md``.
 
-    ``measures``: options of the issue-23 measures (:data:`entropace.report.measures.DEFAULTS`:
-    ``warmup``, ``k``, ``ema``, ``solve_threshold``).
+    ``measures``: options of the issue-23 / issue-28 measures (the keyword arguments of
+    :func:`entropace.report.measures.measure_run`, defaults
+    :data:`entropace.report.measures.DEFAULTS`: ``warmup``, ``k``, ``ema``,
+    ``solve_threshold``, ``half_life_fraction``, ``half_life_hold``, ``entropy_from``,
+    ``entropy_to``).
 
     ``baseline``: the algorithm the paired differences are against; if it is not in the grid
     (or None) the difference tables are left out with a note.
 
     Raises:
         FileNotFoundError: ``root`` holds no ``<algo>/seed<k>/metrics.jsonl``; ValueError: a
-            malformed ``metrics.jsonl`` (from :func:`load_run`), a bad ``last_k`` / ``level``.
+            malformed ``metrics.jsonl`` (from :func:`load_run`), a bad ``last_k`` / ``level``,
+            an unknown or bad measure option.
     """
     root = Path(root)
     out = Path(out_dir) if out_dir is not None else root
@@ -223,6 +230,7 @@ def write_compare(
             "entropace compare --out writes)"
         )
     mean_ci([0.0, 1.0], level)  # validates level before any work
+    m_opts = resolve_options(measures)
     data = {a: {s: load_run(p) for s, p in seeds.items()} for a, seeds in grid.items()}
     summaries = {
         a: [summarise_run(r, a, s, last_k=last_k, crossover_ema=crossover_ema)
@@ -230,12 +238,9 @@ def write_compare(
         for a, runs in data.items()
     }  # fmt: skip
     tasks = sorted({t for runs in data.values() for r in runs.values() for t in r.tasks})
-    m_opts = {**DEFAULTS, **(measures or {})}
     per_run = {
-        a: [measure_run(r, s, warmup=int(m_opts["warmup"]), k=m_opts["k"], ema=m_opts["ema"],
-                        solve_threshold=m_opts["solve_threshold"]) for s, r in runs.items()]
-        for a, runs in data.items()
-    }  # fmt: skip
+        a: [measure_run(r, s, **m_opts) for s, r in runs.items()] for a, runs in data.items()
+    }
     notes: list[str] = []
     if baseline is not None and baseline not in grid:
         notes.append(f"baseline {baseline!r} is not in the grid: no paired differences")
@@ -249,6 +254,9 @@ def write_compare(
     for a, runs in summaries.items():
         for r in runs:
             notes += [f"{a}/seed{r.seed}: {n}" for n in r.notes]
+    for a, m_runs in per_run.items():
+        for m in m_runs:
+            notes += [f"{a}/seed{m.seed}: {n}" for n in m.notes]
     short = [min(r.success_k.values()) for runs in summaries.values() for r in runs
              if r.success_k and min(r.success_k.values()) < last_k]  # fmt: skip
     if short:
@@ -345,6 +353,16 @@ def write_compare(
                 "steps every seed of the algorithm logged."
             )
             blocks.append(("img", fname, caption))
+    fname = "compare_half_life.png"
+    frac = float(m_opts["half_life_fraction"])
+    if draw_half_life_figure(per_run, tasks, out / fname, level=level, fraction=frac):
+        figures.append(fname)
+        caption = (
+            f"Entropy half-life per task (time to {frac:g} of the start) and pace_gap per "
+            f"algorithm: one dot per seed (open: censored at the run's last step), squares the "
+            f"mean over seeds with its {pct} t interval."
+        )
+        blocks.append(("img", fname, caption))
     blocks.append(("h", 2, "Runs"))
     blocks.append(
         ("table", ["algorithm", "seeds", "last steps"],
