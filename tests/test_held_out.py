@@ -29,10 +29,21 @@ def test_periodic_eval_changes_nothing_and_equals_entropace_eval(tmp_path, singl
     assert plain.last_step == evald.last_step == 3
     a, b = read_metrics(tmp_path / "plain"), read_metrics(tmp_path / "eval")
     strip = [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in a]
-    assert strip == [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in b]
+    trained = [r for r in b if r["step"] > 0]
+    assert strip == [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in trained]
     assert not any(k.startswith("eval/") for r in a for k in r)
     logged = {r["step"]: r for r in b if "eval/success" in r}
-    assert sorted(logged) == [2, 3]  # every 2nd step and the last one
+    assert sorted(logged) == [0, 2, 3]  # before the first step, every 2nd step, the last one
+    assert set(b[0]) == {"step", "time/eval"} | {k for k in b[0] if k.startswith("eval/")}
+    # step 0: the initial policy (the tiny model's fixed weights) on the same held-out seeds
+    from entropace.train.held_out import held_out_metrics
+    from entropace.train.trainer import build_model
+
+    cfg = load_config(None, [*OVERRIDES, "eval.every=2", "eval.n=4"])
+    model, tokenizer, _ = build_model(cfg.model)
+    assert held_out_metrics(model, tokenizer, cfg) == {
+        k: v for k, v in logged[0].items() if k.startswith("eval/")
+    }
     # the same numbers as `entropace eval` on the checkpoint of that step
     for step in (2, 3):
         ckpts = list_checkpoints(tmp_path / "eval" / "checkpoints")

@@ -333,3 +333,40 @@ def test_our_trainer_resume_validates_the_controller_state(tmp_path: Path) -> No
         assert str(state_file) in str(err.value)
     state_file.write_text(json.dumps(saved))
     assert train(resumed, run_dir, resume=True).last_step == 2
+
+
+def test_fixed_per_task_bounds_reach_every_row_and_metric() -> None:
+    """``algorithm.task_bounds``: the tasks named get their own fixed pair, the others the
+    global one; the rows' bounds and the ``task/<k>/eps_*`` metrics say so at every step."""
+    from entropace.control import ClipSettings
+
+    clip = ClipSettings(eps_low=0.2, eps_high=0.3, task_bounds={"a": (0.1, 0.1), "c": (0.4, 0.5)})
+    step = TaskStep(["a", "b", "c"], clip_rule="fixed", clip=clip)
+    ids = step.task_ids(["c", "a", "b", "a"])
+    ones = torch.ones(4, 2)
+    for _ in range(2):  # fixed: the same at every step
+        out = step.step(step.sums(ones, ones, torch.tensor([1.0, 0, 1, 0]), torch.ones(4), ids))
+        lo, hi = step.row_bounds(ids)
+        assert lo.flatten().tolist() == pytest.approx([0.4, 0.1, 0.2, 0.1])
+        assert hi.flatten().tolist() == pytest.approx([0.5, 0.1, 0.3, 0.1])
+        assert (out.metrics["task/a/eps_low"], out.metrics["task/c/eps_high"]) == (0.1, 0.5)
+        assert out.metrics["task/b/eps_high"] == pytest.approx(0.3)
+    assert step.bounds() == {"a": (0.1, 0.1), "b": (0.2, 0.3), "c": (0.4, 0.5)}
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["algo=eppo", "algorithm.task_bounds={letter: [0.1, 0.1]}"], "clip_rule=fixed"),
+        (["algorithm.task_bounds={kg: [0.1, 0.1]}"], "task_bounds"),
+        (["algorithm.task_bounds={letter: [1.5, 0.1]}"], "eps_low must be < 1"),
+        (["algorithm.task_bounds={letter: [0.1]}"], "eps_low, eps_high"),
+    ],
+)
+def test_bad_per_task_bounds_are_refused_at_load(overrides: list[str], match: str) -> None:
+    from entropace.envs.toy import register_letter_envs
+    from entropace.train.config import ConfigError, load_config
+
+    register_letter_envs("letter")
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, ["model=tiny", "tasks=letter", *overrides])

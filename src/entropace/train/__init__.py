@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "update_step": "update",
     "TaskSampler": "data",
     "build_learner": "trainer",
-    "build_model": "trainer",
+    "build_model": "policy",
     "train": "trainer",
     "evaluate": "evaluation",
 }

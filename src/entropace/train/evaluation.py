@@ -20,7 +20,7 @@ from typing import Any
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
 from entropace.train.held_out import held_out_episodes, per_task_summary
-from entropace.train.trainer import build_model
+from entropace.train.policy import build_model
 
 #: The held-out splits ``evaluate`` reports by default.
 HELD_OUT: tuple[str, ...] = ("test", "test_unseen")

@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,8 +52,6 @@ from entropace.train.checkpoint import (
     save_checkpoint,
 )
 from entropace.train.config import (
-    ConfigError,
-    ModelConfig,
     OptimConfig,
     TrainConfig,
     config_changes,
@@ -66,6 +64,7 @@ from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline
+from entropace.train.policy import MODEL_LOADERS, build_model, resolve_device  # noqa: F401
 from entropace.train.preflight import check_prompt_budget
 from entropace.train.rundir import (  # noqa: F401 (re-export)
     RUN_FILES,
@@ -84,67 +83,6 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------
 # Components
 # ---------------------------------------------------------------------------------------------
-
-
-def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; a named device must exist here
-    (:class:`ConfigError` naming ``model.device`` and what this machine has)."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = int(name.split(":")[1]) if ":" in name else 0
-        if index >= count:
-            raise ConfigError(
-                f"model.device={name}: this machine has {count} CUDA device(s)"
-                + ("" if count else "; use model.device=cpu or auto")
-            )
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("model.device=mps: MPS is not available here; use cpu or auto")
-    return name
-
-
-def _lora_options(cfg: ModelConfig) -> dict[str, Any] | None:
-    if not cfg.lora:
-        return None
-    return {
-        "r": cfg.lora_r,
-        "alpha": cfg.lora_alpha,
-        "dropout": cfg.lora_dropout,
-        "target_modules": cfg.lora_target_modules,
-    }
-
-
-def _load_tiny(cfg: ModelConfig, device: str) -> tuple[Any, Any]:
-    from entropace.models.loading import apply_lora
-    from entropace.models.tiny import build_tiny_model
-
-    model, tokenizer = build_tiny_model(seed=0)
-    lora = _lora_options(cfg)
-    if lora is not None:
-        model = apply_lora(model, lora)
-    return model.to(device), tokenizer
-
-
-def _load_hf(cfg: ModelConfig, device: str) -> tuple[Any, Any]:
-    from entropace.models import load_model
-
-    return load_model(cfg.name, dtype=cfg.dtype, device=device, lora=_lora_options(cfg))
-
-
-#: ``model.name`` values with their own loader; any other name goes to
-#: :func:`entropace.models.load_model` (hub id, local path, ``smollm2-135m``). ``tiny`` is the
-#: random-initialised test model (smoke runs, tests).
-MODEL_LOADERS: dict[str, Callable[[ModelConfig, str], tuple[Any, Any]]] = {"tiny": _load_tiny}
-
-
-def build_model(cfg: ModelConfig) -> tuple[Any, Any, str]:
-    """``(model, tokenizer, device)`` for the model section of the config."""
-    device = resolve_device(cfg.device)
-    model, tokenizer = MODEL_LOADERS.get(cfg.name, _load_hf)(cfg, device)
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model, tokenizer, device
 
 
 class WarmupSchedule:

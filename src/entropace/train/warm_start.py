@@ -445,8 +445,8 @@ def build_warm_start(
 ) -> dict[str, Any]:
     """Build the warm start of ``cfg`` into ``target`` (replaced atomically); returns the record
     written as ``warm_start.json``."""
+    from entropace.train.policy import build_model
     from entropace.train.threads import plan_threads, torch_threads
-    from entropace.train.trainer import build_model
 
     say = log or (lambda m: logger.info("%s", m))
     t0 = time.perf_counter()
