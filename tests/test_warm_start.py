@@ -312,3 +312,23 @@ def test_training_starts_from_the_warm_start_and_evaluates_it_at_step_0(
     ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
     state = load_checkpoint(ckpt, model=load_model(str(warm.path))[0], restore_rng=False)
     assert state["warm_start"] == {"key": warm.key, "sha256": warm.sha256}
+
+
+def test_the_lab3_preset_loads_its_shipped_pinned_warm_start(cache) -> None:
+    """The lab v3 warm start ships with the package under its recipe's key, and its weights are
+    the ones the preset pins: the preset loads it without building (an empty cache)."""
+    from entropace.train.warm_start import SHIPPED_DIR
+
+    cfg = load_config("lab3")
+    key = warm_start_key(cfg)
+    shipped = SHIPPED_DIR / key
+    assert (shipped / "model.safetensors").is_file(), f"no shipped warm start for key {key}"
+    assert file_sha256(shipped / "model.safetensors") == cfg.warm_start.sha256
+    record = json.loads((shipped / "warm_start.json").read_text())
+    assert record["key"] == key and record["sha256"] == cfg.warm_start.sha256
+    found = ensure_warm_start(cfg)
+    assert found.path == shipped and not found.built and not (cache / "warmstart" / key).exists()
+    # what it was calibrated to: 0.5-1.5 nats per token and greedy success 0 on every task
+    for task in LAB:
+        assert 0.5 <= record["measured"][task]["entropy"] <= 1.5
+        assert record["measured"][task]["greedy_success"] == 0.0

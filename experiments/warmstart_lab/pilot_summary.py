@@ -42,8 +42,8 @@ def summarise(run_dir: Path) -> str:
         ent = curve(f"task/{task}/entropy")
         std = curve(f"task/{task}/reward_std")
         ev = curve(f"eval/{task}/success")
-        hi = curve(f"task/{task}/clipped_high_active")
-        lo = curve(f"task/{task}/clipped_low_active")
+        hi = curve(f"task/{task}/clip_frac_high_active")
+        lo = curve(f"task/{task}/clip_frac_low_active")
         steps, values = ent
         at = dict(zip(steps, values))
         var_steps = [s for s, v in zip(*std) if v == v and v > 1e-6]
