@@ -332,3 +332,14 @@ def test_the_lab3_preset_loads_its_shipped_pinned_warm_start(cache) -> None:
     for task in LAB:
         assert 0.5 <= record["measured"][task]["entropy"] <= 1.5
         assert record["measured"][task]["greedy_success"] == 0.0
+
+
+def test_runs_started_together_build_the_warm_start_once(cache, single_thread) -> None:
+    """A grid's runs start together: one builds (under a file lock), the others wait and load."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cfg = load_config(None, [*WARM, "warm_start.steps=2", "warm_start.measure_prompts=0"])
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: ensure_warm_start(cfg), range(3)))
+    assert sorted(r.built for r in results) == [False, False, True]
+    assert len({r.sha256 for r in results}) == 1

@@ -30,6 +30,7 @@ interrupted build leaves nothing behind. Shipped warm starts (the lab's,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -40,7 +41,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -412,18 +413,36 @@ def ensure_warm_start(
         raise ValueError("warm_start.source is none: nothing to build")
     say = log or (lambda m: logger.info("%s", m))
     key = warm_start_key(cfg)
+    shipped = _found(SHIPPED_DIR / key, w, key)
+    if shipped is not None and not rebuild:
+        say(f"warm start {key}: {shipped.path} (shipped; sha256 {shipped.sha256[:12]}...)")
+        return shipped
     target = cache_dir("warmstart") / key
-    if not rebuild:
-        for where in (SHIPPED_DIR / key, target):
-            found = _found(where, w, key)
-            if found is not None:
-                say(f"warm start {key}: {where} (sha256 {found.sha256[:12]}...)")
-                return found
-    say(f"warm start {key}: building from {w.source} demonstrations into {target}")
-    record = build_warm_start(cfg, target, log=say)
-    found = _found(target, w, key)
+    # one build per key at a time: processes started together (a grid's runs) wait for the
+    # first one's build and then load it
+    with _build_lock(target.with_name(f".{key}.lock")):
+        found = None if rebuild else _found(target, w, key)
+        if found is not None:
+            say(f"warm start {key}: {target} (sha256 {found.sha256[:12]}...)")
+            return found
+        say(f"warm start {key}: building from {w.source} demonstrations into {target}")
+        record = build_warm_start(cfg, target, log=say)
+        found = _found(target, w, key)
     assert found is not None, record
     return dataclasses.replace(found, built=True)
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (released when the process dies)."""
+    import fcntl
+
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def warm_started(
