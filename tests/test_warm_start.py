@@ -343,3 +343,21 @@ def test_runs_started_together_build_the_warm_start_once(cache, single_thread) -
         results = list(pool.map(lambda _: ensure_warm_start(cfg), range(3)))
     assert sorted(r.built for r in results) == [False, False, True]
     assert len({r.sha256 for r in results}) == 1
+
+
+def test_warmstart_cli_reports_copies_and_refuses_what_it_cannot_do(cache, tmp_path, capsys) -> None:
+    from entropace.cli import main
+
+    out = tmp_path / "copy"
+    assert main(["warmstart", "--preset", "lab3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    cfg = load_config("lab3")
+    assert f"sha256 (model.safetensors): {cfg.warm_start.sha256}" in text
+    assert "matches the config's pin" in text and "| lab2-hard | 1.230 |" in text
+    assert file_sha256(out / "model.safetensors") == cfg.warm_start.sha256
+    assert main(["warmstart", "--preset", "lab3", "--out", str(out)]) == 2  # exists
+    assert "exists" in capsys.readouterr().err
+    assert main(["warmstart", "--preset", "lab2"]) == 2  # lab2 has no warm start
+    assert "warm_start.source=none" in capsys.readouterr().err
+    assert main(["warmstart", "--preset", "lab3", "warm_start.source=jsonl"]) == 2
+    assert "warm_start.path" in capsys.readouterr().err
