@@ -161,6 +161,9 @@ def test_recipes_map_to_trl_fields() -> None:
     assert resolve_recipe("eppo", pacer={"alpha": 0.5}).pacer.alpha == 0.5
     dapo = resolve_recipe("dapo", max_completion_length=64)
     assert dapo.overlong == (64, 16) and dapo.notes  # dynamic sampling: explained
+    from entropace.train.algorithms import RECIPES
+
+    assert set(SUPPORTED) | set(UNSUPPORTED) == set(RECIPES)  # every recipe says which
     for name, reason in UNSUPPORTED.items():
         with pytest.raises(ValueError, match="cannot run inside TRL") as err:
             resolve_recipe(name)

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from entropace.algos.options import build_options
+
 AdvantageFn = Callable[..., Tensor]
 
 #: The extra inputs an estimator may need (keyword arguments of its function).
@@ -78,17 +80,7 @@ class AdvantageEstimator:
 
     def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
         """The validated config from plain options; ``ValueError`` naming the bad option."""
-        options = dict(options or {})
-        fields = [f.name for f in dataclasses.fields(self.config_cls)]
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"advantage estimator {self.name!r}: unknown option(s) {unknown}; allowed: {fields}"
-            )
-        try:
-            return self.config_cls(**options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"advantage estimator {self.name!r}: {exc}") from None
+        return build_options(f"advantage estimator {self.name!r}", self.config_cls, options)
 
     def __call__(
         self,

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from entropace.algos.aggregation import Count, resolve_count
+from entropace.algos.options import build_options
 from entropace.algos.surrogate import (
     LOG_RATIO_CLAMP,
     Bound,
@@ -173,17 +174,7 @@ class PolicyLoss:
 
     def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
         """The validated config from plain options; ``ValueError`` naming the bad option."""
-        options = dict(options or {})
-        fields = [f.name for f in dataclasses.fields(self.config_cls)]
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"policy loss {self.name!r}: unknown option(s) {unknown}; allowed: {fields}"
-            )
-        try:
-            return self.config_cls(**options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"policy loss {self.name!r}: {exc}") from None
+        return build_options(f"policy loss {self.name!r}", self.config_cls, options)
 
     def __call__(self, inputs: LossInputs, config: Any | None = None) -> LossOutput:
         """Compute the loss; ``config`` defaults to ``config_cls()``."""

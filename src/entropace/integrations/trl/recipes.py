@@ -88,6 +88,37 @@ UNSUPPORTED: dict[str, str] = {
         "generation batch"
     ),
 }
+_LOSS_WHY: dict[str, str] = {
+    "cispo": (
+        "CISPO clips the importance weight to [1 - eps_low, 1 + eps_high] and keeps every "
+        "token's gradient; TRL's loss_type='cispo' caps it at epsilon_high (an absolute cap) and "
+        "this integration's per-completion bounds feed TRL's PPO clamp only"
+    ),
+    "gmpo": "GMPO's geometric-mean sequence ratio with per-token log-ratio clipping is not a TRL "
+    "loss type",
+    "sapo": (
+        "EPPO's per-task temperatures would have to reach TRL's sapo gate; this integration "
+        "passes per-completion bounds to TRL's PPO clamp only (a fixed-temperature SAPO is TRL's "
+        "own GRPOConfig(loss_type='sapo'))"
+    ),
+    "dppo_tv": "DPPO's divergence mask (total variation of the sampled token) is not a TRL "
+    "loss type",
+    "dppo_kl": "DPPO's divergence mask (binary KL of the sampled token) is not a TRL loss type",
+    "dro": "DRO's quadratic log-ratio penalty is not a TRL loss type",
+    "gpg": "GPG's ratio-free REINFORCE loss and batch-rescaled advantages are not TRL's",
+}
+_ADVANTAGE_WHY = (
+    "advantages that TRL's GRPOTrainer does not compute (this integration replaces TRL's "
+    "group advantages with RLOO's only)"
+)
+UNSUPPORTED.update(
+    {name: why for name, why in _LOSS_WHY.items()}
+    | {f"eppo+{name}": why for name, why in _LOSS_WHY.items() if name != "gpg"}
+    | {
+        name: f"{name}: {_ADVANTAGE_WHY}"
+        for name in ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk")
+    }
+)
 
 _LOSS_TYPE: dict[str, str] = {
     "token-mean": "dapo",
