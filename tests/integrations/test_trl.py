@@ -154,6 +154,9 @@ def test_recipes_map_to_trl_fields() -> None:
         "epsilon_high": 0.25,
     }
     assert resolve_recipe("rloo").advantage == "rloo"
+    # EPPO over GSPO scales GSPO's own sequence bounds (its width), not the pacer's 0.2
+    gspo = resolve_recipe("eppo", overrides={"policy_loss": "gspo"})
+    assert gspo.trl_args == {"epsilon": 3e-4, "epsilon_high": 4e-4} and not gspo.width.native
     assert resolve_recipe("eppo-notrend").pacer.trend is False
     assert resolve_recipe("eppo-success").pacer.signal == "success"
     assert resolve_recipe("eppo-rewardvar").pacer.signal == "reward_var"

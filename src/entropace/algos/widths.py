@@ -70,19 +70,17 @@ class TrustWidth:
         low, high = (float(getattr(config, name)) for name in self.options)
         return low, high
 
-    def check(self, low: float, high: float, where: str = "widths") -> None:
+    def check(self, low: Any, high: Any, where: str = "") -> None:
         """``ValueError`` unless both widths are finite numbers > 0 (and ``low < 1`` where the
-        low width is subtracted from 1)."""
-        for name, value in (("low", low), ("high", high)):
+        low width is subtracted from 1); ``where`` prefixes the message (e.g. a task's name).
+        The one check of a pair of widths (fixed, per task, at the pacer's start)."""
+        for name, value in (("eps_low", low), ("eps_high", high)):
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             if not (ok and math.isfinite(value) and value > 0):
-                raise ValueError(
-                    f"{where}: the {name} {self.unit} must be a number > 0; got {value!r}"
-                )
+                raise ValueError(f"{where}{name} ({self.unit}) must be a number > 0; got {value!r}")
         if self.low_below_one and not low < 1:
             raise ValueError(
-                f"{where}: the low {self.unit} must be < 1 (the lower bound is 1 - eps_low); "
-                f"got {low}"
+                f"{where}eps_low must be < 1 (the lower bound is 1 - eps_low); got {low}"
             )
 
 

@@ -71,14 +71,7 @@ class ClipSettings:
     width: TrustWidth = RATIO_WIDTH
 
     def __post_init__(self) -> None:
-        for name in ("eps_low", "eps_high"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name} must be a number > 0; got {value!r}")
-        if self.width.low_below_one and not self.eps_low < 1:
-            raise ValueError(
-                f"eps_low must be < 1 (the lower bound is 1 - eps_low); got {self.eps_low}"
-            )
+        self.width.check(self.eps_low, self.eps_high)  # in the loss's units
 
 
 class ClipRule(Protocol):

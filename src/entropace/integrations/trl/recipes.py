@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from entropace.algos import get_policy_loss
+from entropace.algos.widths import RATIO_WIDTH, TrustWidth
 from entropace.control import PacerConfig, PolarityConfig
 
 logger = logging.getLogger(__name__)
@@ -144,6 +146,8 @@ class TRLRecipe:
         overlong: DAPO's soft overlong penalty ``(max_len, cache_len)`` added as a reward
             function, or None.
         notes: where the TRL run differs from entropace's own trainer (shown as warnings).
+        width: the policy loss's trust-region width (the pacer sets PPO's ratio bounds itself
+            and scales GSPO's own sequence bounds: ALGORITHMS.md section 3, "Widths").
     """
 
     name: str
@@ -153,6 +157,7 @@ class TRLRecipe:
     advantage: str | None = None
     overlong: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    width: TrustWidth = RATIO_WIDTH
 
     @property
     def needs_stats(self) -> bool:
@@ -260,6 +265,7 @@ def resolve_recipe(
             "is TRL's GRPOConfig(delta=...)"
         )
     eps_low, eps_high = _bounds(a)
+    width = get_policy_loss(a.policy_loss).width or RATIO_WIDTH
     mapped = {
         "loss_type": _LOSS_TYPE[a.agg],
         "scale_rewards": _SCALE_REWARDS[a.advantage],
@@ -283,7 +289,8 @@ def resolve_recipe(
 
         fields = dict(get_recipe(name).overrides.get("pacer", {}))
         recipe_pacer = _merge_controller("pacer", a.pacer, pacer, PacerConfig, fields)
-        mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0
+        if width.native:  # the pacer's own range; otherwise the loss's (GSPO's) own bounds
+            mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0
     elif pacer is not None:
         raise ValueError(f"algorithm {name!r} has no pacer; pacer= applies to the eppo recipes")
     if a.papo:
@@ -298,6 +305,7 @@ def resolve_recipe(
         advantage="rloo" if a.advantage == "rloo" else None,
         overlong=overlong,
         notes=tuple(notes),
+        width=width,
     )
 
 
