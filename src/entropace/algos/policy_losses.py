@@ -17,8 +17,8 @@ Every registered loss is a :class:`PolicyLoss` entry, called as::
 - The entry declares what a caller needs to know about the loss: its default bounds (``None``
   for a loss without a clip), its trust-region width (:class:`entropace.algos.widths.TrustWidth`:
   what ``eps_low`` / ``eps_high`` mean for it and how EPPO's pace moves them; ``None``: no
-  width, the pacer cannot compose with it), whether zero advantages give exactly zero loss and gradient
-  (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
+  width, the pacer cannot compose with it), whether zero advantages give exactly zero loss and
+  gradient (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
   each trajectory's loss depends on that trajectory alone (``row_local``), whether it takes
   behaviour importance weights (``decoupled``).
 

@@ -55,8 +55,9 @@ class ClipSettings:
     """What a clip rule is built from.
 
     Attributes:
-        eps_low, eps_high: the fixed bounds (``fixed``), and BAPO's bounds before its first
-            search.
+        eps_low, eps_high: the fixed bounds (``fixed``), BAPO's bounds before its first
+            search, and the widths at pace 1 of a loss whose width is not native to the pacer
+            (``pacer``); in the loss's width units.
         pacer: EPPO's pacer options (``pacer``).
         bapo: BAPO's search options (``bapo``).
         width: the policy loss's trust-region width (what the bounds are, how the pacer's

@@ -104,7 +104,6 @@ def settings_from_config(config: Any) -> HookSettings:
             the current policy every optimiser step (``bapo``: not available inside verl).
     """
     from entropace.train import algorithms
-    from entropace.train.algorithms import algorithm_config
 
     actor = config["actor_rollout_ref"]["actor"]
     loss_mode = actor["policy_loss"]["loss_mode"]
@@ -115,7 +114,7 @@ def settings_from_config(config: Any) -> HookSettings:
             f"loss_mode in {sorted(LOSS_RECIPES)}; got {loss_mode!r}"
         )
     recipe = section.get("algorithm") or LOSS_RECIPES[loss_mode]
-    a = algorithm_config(recipe, dict(section.get("options") or {}))
+    a = algorithms.algorithm_config(recipe, dict(section.get("options") or {}))
     mode = VERL_LOSS_MODES[loss_mode]
     if a.policy_loss != mode.loss:
         raise ValueError(
