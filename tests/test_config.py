@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from entropace.algos import get_policy_loss
 from entropace.train.algorithms import (
     RECIPES,
     Recipe,
@@ -79,6 +80,12 @@ DOCUMENTED_BOUNDS = {
     "papo": (0.2, 0.2), "kl_cov": None, "bapo": None, "eppo": None, "eppo+papo": None,
     "eppo-global": None, "eppo-notrend": None, "eppo-success": None, "eppo-rewardvar": None,
     "eppo-shuffled": None,
+    # verl's trust regions, in each loss's own width units (BASELINES.md)
+    "cispo": (10.0, 0.2), "gmpo": (0.4, 0.4), "sapo": (1.05, 1.0), "dppo_tv": (0.15, 0.15),
+    "dppo_kl": (0.05, 0.05), "dro": (1.0, 1.0), "gpg": None,
+    "reinforce_plus_plus": (0.2, 0.2), "reinforce_plus_plus_baseline": (0.2, 0.2),
+    "opo": (0.2, 0.2), "grpo_passk": (0.2, 0.2),
+    **{f"eppo+{n}": None for n in ("cispo", "gmpo", "sapo", "dppo_tv", "dppo_kl", "dro")},
 }  # fmt: skip
 
 
@@ -89,9 +96,11 @@ def test_every_recipe_under_every_preset_gets_its_documented_bounds(preset) -> N
     text = doc.read_text()
     for name, bounds in DOCUMENTED_BOUNDS.items():
         c = load_config(preset, [f"algo={name}"], check_envs=False).algorithm
-        if bounds is None:  # pacer / BAPO / no clip: the rule decides, not fixed bounds
-            assert c.clip_rule != "fixed" or c.policy_loss == "kl_cov", name
-            assert (c.eps_low, c.eps_high) == (None, None), name
+        if bounds is None:  # pacer / BAPO / no width: the rule decides, not fixed bounds
+            no_width = get_policy_loss(c.policy_loss).width is None
+            assert c.clip_rule != "fixed" or no_width, name
+            if c.clip_rule != "pacer" or get_policy_loss(c.policy_loss).width.native:
+                assert (c.eps_low, c.eps_high) == (None, None), name
             continue
         assert c.clip_rule == "fixed", name
         assert effective_bounds(c) == pytest.approx(bounds), name
@@ -150,7 +159,7 @@ def test_scientific_notation_without_dot_is_a_number(tmp_path) -> None:
         ("tasks.mix={shop: 1}", ["tasks.mix", "'shop'", "reasoning"]),
         ("tasks.names=[]", ["tasks.names", "at least one"]),
         ("tasks.names=[db, db]", ["tasks.names", "duplicates"]),
-        ("algorithm.eps_low=1.0", ["algorithm.eps_low", "in (0, 1)"]),
+        ("algorithm.eps_low=1.0", ["algorithm.eps_low", "must be < 1"]),
         ("algorithm.overlong={enabled: true, max_len: 10, cache_len: 20}",
          ["algorithm.overlong.cache_len"]),
         ("noequals", ["key.sub=value", "algo"]),
@@ -262,6 +271,29 @@ EXPECTED = {  # BASELINES.md / ALGORITHMS.md, field by field
     "eppo-success": {"clip_rule": "pacer", "pacer.signal": "success"},
     "eppo-rewardvar": {"clip_rule": "pacer", "pacer.signal": "reward_var"},
     "eppo-shuffled": {"clip_rule": "pacer", "pacer.shuffle": True, "pacer.signal": "entropy"},
+    "cispo": {"policy_loss": "cispo", "agg": "token-mean", "eps_low": 10.0, "eps_high": 0.2},
+    "gmpo": {"policy_loss": "gmpo", "agg": "seq-mean-token-mean", "eps_low": 0.4},
+    "sapo": {"policy_loss": "sapo", "agg": "seq-mean-token-mean", "loss_options": {}},
+    "dppo_tv": {
+        "policy_loss": "dppo_tv",
+        "advantage": "dr_grpo",
+        "eps_low": 0.15,
+        "agg": "seq-mean-token-sum-norm",
+        "loss_options": {"ratio_cap": None},
+    },
+    "dppo_kl": {"policy_loss": "dppo_kl", "advantage": "dr_grpo", "eps_high": 0.05},
+    "dro": {"policy_loss": "dro", "advantage": "dr_grpo", "eps_low": None},
+    "gpg": {"policy_loss": "gpg", "advantage": "gpg"},
+    "reinforce_plus_plus": {"advantage": "reinforce_plus_plus", "policy_loss": "ppo"},
+    "reinforce_plus_plus_baseline": {"advantage": "reinforce_plus_plus_baseline"},
+    "opo": {"advantage": "opo"},
+    "grpo_passk": {"advantage": "grpo_passk", "agg": "seq-mean-token-mean"},
+    "eppo+cispo": {"clip_rule": "pacer", "policy_loss": "cispo", "eps_low": 10.0},
+    "eppo+gmpo": {"clip_rule": "pacer", "policy_loss": "gmpo", "eps_high": 0.4},
+    "eppo+sapo": {"clip_rule": "pacer", "policy_loss": "sapo"},
+    "eppo+dppo_tv": {"clip_rule": "pacer", "policy_loss": "dppo_tv", "advantage": "dr_grpo"},
+    "eppo+dppo_kl": {"clip_rule": "pacer", "policy_loss": "dppo_kl", "eps_low": 0.05},
+    "eppo+dro": {"clip_rule": "pacer", "policy_loss": "dro", "papo": False},
 }
 
 
@@ -278,6 +310,46 @@ def test_every_required_algorithm_is_registered_with_its_defaults() -> None:
                 obj = getattr(obj, part)
             assert obj == value, (name, key, obj)
         assert a.kl_beta == 0.0  # recipes differ only in the rule they are about
+
+
+def test_widths_and_the_pacer_are_checked_when_the_config_loads() -> None:
+    # EPPO composes with every loss that has a trust-region width; GPG and KL-Cov have none
+    for loss in ("gpg", "kl_cov"):
+        with pytest.raises(ConfigError, match=rf"clip_rule=pacer: policy loss '{loss}' has no "
+                                              r"trust-region width.*'cispo'"):  # fmt: skip
+            cfg("algo=eppo", f"algorithm.policy_loss={loss}")
+    # a width not native to the pacer starts at the loss's own widths
+    a = cfg("algo=eppo", "algorithm.policy_loss=gmpo", "algorithm.eps_low=0.3").algorithm
+    assert effective_bounds(a) == (0.3, 0.2)
+    # ... PPO's starts at the pacer's eps0, as before
+    with pytest.raises(ConfigError, match="under algorithm.clip_rule=pacer"):
+        cfg("algo=eppo", "algorithm.eps_low=0.3")
+    # widths held in options refuse eps_*
+    with pytest.raises(ConfigError, match="algorithm.eps_low: the widths of policy loss 'sapo' "
+                                          "are its gate temperatures"):  # fmt: skip
+        cfg("algo=sapo", "algorithm.eps_low=1.5")
+    c = cfg("algo=sapo", "algorithm.loss_options={tau_neg: 2, tau_pos: 0.5}").algorithm
+    assert effective_bounds(c) == (2.0, 0.5)
+    assert effective_bounds(cfg("algo=dro", "algorithm.loss_options={beta: 0.3}").algorithm) == (
+        0.3, 0.3)  # fmt: skip
+    # a ratio bound needs eps_low < 1; CISPO's weight bound and GMPO's log bound do not
+    with pytest.raises(ConfigError, match="eps_low must be < 1"):
+        cfg("algo=grpo", "algorithm.eps_low=1.5")
+    assert cfg("algo=cispo").algorithm.eps_low == 10.0
+    assert cfg("algo=gmpo", "algorithm.eps_low=1.5").algorithm.eps_low == 1.5
+    # BAPO searches PPO's ratio bounds only
+    with pytest.raises(ConfigError, match="clip_rule=bapo searches PPO's ratio bounds"):
+        cfg("algo=bapo", "algorithm.policy_loss=gmpo")
+    # an estimator's options are its own, validated
+    c = cfg("algorithm.advantage=reinforce_plus_plus", "algorithm.advantage_options={gamma: 0.9}")
+    assert c.algorithm.advantage_options == {"gamma": 0.9}
+    with pytest.raises(ConfigError, match="algorithm.advantage_options: gamma must be"):
+        cfg("algorithm.advantage=reinforce_plus_plus", "algorithm.advantage_options={gamma: 2}")
+    with pytest.raises(ConfigError, match="'algorithm.advantage_options.gamma'"):
+        cfg("algorithm.advantage_options={gamma: 0.9}")  # grpo's option is eps
+    # the trainer does not generate ReMax's greedy baselines
+    with pytest.raises(ConfigError, match="advantage='remax' needs \\['baselines'\\].*greedy"):
+        cfg("algorithm.advantage=remax")
 
 
 def test_register_recipe_checks_its_overrides() -> None:

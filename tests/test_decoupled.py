@@ -12,7 +12,7 @@ import torch
 from tests.test_update import as_minibatch, make_batch, make_cfg
 
 import entropace.algos as algos
-from entropace.algos.policy_losses import LossInputs, PPOLossConfig, get_policy_loss
+from entropace.algos.policy_losses import POLICY_LOSSES, LossInputs, PPOLossConfig, get_policy_loss
 from entropace.train.config import ConfigError, load_config
 from entropace.train.learner import proximal_logprobs
 from entropace.train.trainer import build_learner
@@ -87,7 +87,7 @@ def test_decoupled_ppo_matches_a_float64_loop_value_and_gradient(seed, cap) -> N
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-@pytest.mark.parametrize("name", ["ppo", "ce_gppo"])
+@pytest.mark.parametrize("name", sorted(n for n, s in POLICY_LOSSES.items() if s.decoupled))
 def test_behaviour_equal_to_proximal_is_exactly_the_plain_loss(name, agg) -> None:
     lp, prox, _behav, adv, mask = _inputs(3)
     weights, capped = algos.behaviour_importance_weights(prox, prox, mask, 5.0)
@@ -110,7 +110,9 @@ def test_behaviour_equal_to_proximal_is_exactly_the_plain_loss(name, agg) -> Non
 def test_losses_without_decoupled_refuse_behaviour_weights() -> None:
     lp, prox, behav, adv, mask = _inputs(0)
     weights, _ = algos.behaviour_importance_weights(prox, behav, mask, None)
-    for name in ("dcpo", "gspo", "clip_cov", "kl_cov"):
+    decoupled = {n for n, s in POLICY_LOSSES.items() if s.decoupled}
+    assert decoupled == {"ppo", "ce_gppo", "cispo", "sapo", "dppo_tv", "dppo_kl", "dro", "gpg"}
+    for name in ("dcpo", "gspo", "clip_cov", "kl_cov", "gmpo"):
         with pytest.raises(ValueError, match="behaviour importance weights"):
             get_policy_loss(name)(LossInputs(lp, prox, adv, mask, behaviour_weights=weights))
 

@@ -21,6 +21,8 @@ from entropace.algos.aggregation import loss_counts
 from entropace.algos.policy_losses import GSPOLossConfig, PPOLossConfig
 
 NAMES = ["ppo", "gspo", "clip_cov", "kl_cov", "dcpo", "ce_gppo"]
+#: verl's trust regions and plain policy gradients (tests/test_trust_region_losses.py).
+VERL_NAMES = ["cispo", "gmpo", "sapo", "dppo_tv", "dppo_kl", "dro", "gpg"]
 
 
 INPUT_FIELDS = {"eps_low", "eps_high", "agg", "num_tokens", "num_seqs", "seq_norm", "generator"}
@@ -53,7 +55,7 @@ def _masked_cells(mask: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def test_registry_names_uniform_call_and_errors() -> None:
-    assert set(NAMES) <= set(POLICY_LOSSES)
+    assert set(NAMES) | set(VERL_NAMES) <= set(POLICY_LOSSES)
     lp, old, adv, mask = _inputs(0)
     for name in POLICY_LOSSES:
         fn = functools.partial(call_loss, name)
@@ -299,7 +301,7 @@ def test_clip_cov_random_subset_is_deterministic_per_generator() -> None:
     assert len({frozenset(s) for s in dropped_sets}) > 1  # different seeds, different subsets
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + VERL_NAMES)
 def test_masked_tokens_change_nothing(name: str) -> None:
     lp, old, adv, mask = _inputs(7)
     fn = functools.partial(call_loss, name)
@@ -322,7 +324,7 @@ def test_masked_tokens_change_nothing(name: str) -> None:
         assert torch.equal(out.metrics[k], out2.metrics[k]), k
 
 
-@pytest.mark.parametrize("name", ["ppo", "gspo", "dcpo", "ce_gppo"])
+@pytest.mark.parametrize("name", ["ppo", "gspo", "dcpo", "ce_gppo", *VERL_NAMES])
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_micro_batch_invariance(name: str, agg: str) -> None:
     # (clip_cov / kl_cov compute their covariance over the tokens passed: not invariant by design)
@@ -342,7 +344,7 @@ def test_micro_batch_invariance(name: str, agg: str) -> None:
     torch.testing.assert_close(torch.cat(grads), full_grad, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + VERL_NAMES)
 def test_no_host_sync(name: str) -> None:
     """On the meta device any data-dependent host read (.item(), bool(), nonzero) raises, so a
     loss that runs there, forward and backward, cannot sync with the host."""

@@ -42,6 +42,13 @@ ROW_LOCAL = {
     "ce_gppo": True,
     "clip_cov": False,
     "kl_cov": False,
+    "cispo": True,
+    "gmpo": True,
+    "sapo": True,
+    "dppo_tv": True,
+    "dppo_kl": True,
+    "dro": True,
+    "gpg": True,
 }
 
 #: Options that make a non-row-local loss act on many tokens (so the brute-force check bites).
@@ -257,8 +264,8 @@ LOSS_SIDE = ("approx_kl", "clip_frac_low", "clip_frac_high", "loss/", "update/tr
 
 def is_loss_side(key: str) -> bool:
     tail = key.split("/", 2)[-1] if key.startswith("task/") else key
-    return key.startswith(LOSS_SIDE) or tail in ("clip_frac_low", "clip_frac_high",
-                                                  "dual_clip_frac")  # fmt: skip
+    flags = ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "gate_damped_frac")
+    return key.startswith(LOSS_SIDE) or tail in flags
 
 
 CASES = {
@@ -270,6 +277,8 @@ CASES = {
     "dcpo": ["algo=dcpo"],
     "ce_gppo, 1 mini-batch": ["algo=ce_gppo", "ppo.num_minibatches=1"],
     "bapo": ["algo=bapo"],
+    "eppo+sapo": ["algo=eppo+sapo"],
+    "gmpo": ["algo=gmpo"],
 }
 
 

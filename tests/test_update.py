@@ -17,7 +17,7 @@ import entropace.algos as algos
 from entropace.algos.policy_losses import POLICY_LOSSES, PPOLossConfig, register_policy_loss
 from entropace.control import EntropyPacer, PolarityController, TaskStep
 from entropace.rollout import RolloutBatch, sequence_token_stats
-from entropace.train.algorithms import RECIPES
+from entropace.train.algorithms import PACED_LOSS_RECIPES, RECIPES, effective_bounds
 from entropace.train.checkpoint import NonFiniteCheckpointError, save_checkpoint
 from entropace.train.config import TrainConfig, load_config
 from entropace.train.learner import MiniBatch, accumulate_gradients
@@ -461,6 +461,16 @@ def record_loss_inputs(learner) -> list:
 
 G_A = [1.0, 0.0, 0.0]  # rewards of group a (rows 0-2); group b (rows 3-5) is all ones
 GRPO_A = (1 - 1 / 3) / (math.sqrt(1 / 3) + 1e-6)  # (R - mean) / (unbiased std + eps), row 0
+N_TOK = [n - 10 for n in LENGTHS]  # masked tokens per row (from 8, less the hole at 12-13)
+
+
+def _whitened_row0(values: list[float]) -> float:
+    """Row 0's value whitened over every masked token (REINFORCE++: unbiased, + 1e-8)."""
+    tokens = [v for v, n in zip(values, N_TOK, strict=True) for _ in range(n)]
+    mean = sum(tokens) / len(tokens)
+    var = sum((x - mean) ** 2 for x in tokens) / (len(tokens) - 1)
+    return (values[0] - mean) / math.sqrt(var + 1e-8)
+
 
 #: What each recipe must hand the loss on the first micro-batch (rows 0-2 of the first
 #: mini-batch): loss name, aggregation, per-trajectory bounds, row-0 advantage.
@@ -475,11 +485,25 @@ FIRST_CALL = {
     "dcpo": ("dcpo", "seq-mean-token-mean", (0.16, 0.2), GRPO_A),
     "ce_gppo": ("ce_gppo", "token-mean", (0.2, 0.2), GRPO_A),
     "bapo": ("ppo", "token-mean", (0.4, 0.2), GRPO_A),  # BAPO's on-policy first search
+    # verl's trust regions (widths in each loss's own units) and estimators
+    "cispo": ("cispo", "token-mean", (10.0, 0.2), GRPO_A),
+    "gmpo": ("gmpo", "seq-mean-token-mean", (0.4, 0.4), GRPO_A),
+    "sapo": ("sapo", "seq-mean-token-mean", (1.05, 1.0), GRPO_A),  # (tau_neg, tau_pos)
+    "dppo_tv": ("dppo_tv", "seq-mean-token-sum-norm", (0.15, 0.15), 2 / 3),  # Dr.GRPO's A
+    "dppo_kl": ("dppo_kl", "seq-mean-token-sum-norm", (0.05, 0.05), 2 / 3),
+    "dro": ("dro", "token-mean", (1.0, 1.0), 2 / 3),
+    "gpg": ("gpg", "token-mean", (0.2, 0.2), 1.5 * (1 - 1 / 3)),  # alpha = 6 / 4 non-zero
+    "reinforce_plus_plus": ("ppo", "token-mean", (0.2, 0.2), _whitened_row0([*G_A, 1, 1, 1])),
+    "reinforce_plus_plus_baseline": ("ppo", "token-mean", (0.2, 0.2),
+                                     _whitened_row0([2 / 3, -1 / 3, -1 / 3, 0, 0, 0])),
+    "opo": ("ppo", "token-mean", (0.2, 0.2), 1 - N_TOK[0] / sum(N_TOK[:3])),
+    "grpo_passk": ("ppo", "seq-mean-token-mean", (0.2, 0.2), 1 / (math.sqrt(1 / 3) + 1e-6)),
 }  # fmt: skip
 PACED = {  # the pacer options each EPPO variant must run with
     "eppo": {}, "eppo+papo": {}, "eppo-global": {"task_wise": False},
     "eppo-notrend": {"trend": False}, "eppo-success": {"signal": "success"},
     "eppo-rewardvar": {"signal": "reward_var"}, "eppo-shuffled": {"shuffle": True},
+    **{f"eppo+{n}": {} for n in PACED_LOSS_RECIPES},
 }  # fmt: skip
 
 
@@ -524,7 +548,7 @@ def test_every_recipe_feeds_the_loss_its_distinguishing_inputs(tiny, name) -> No
         adv = first.advantages
         assert not torch.allclose(adv, plain[:3])
         torch.testing.assert_close(adv.abs().sum(), plain[:3].abs().sum())
-    elif name not in ("dr_grpo", "rloo", "dapo"):  # GRPO advantages, untouched
+    elif cfg.algorithm.advantage == "grpo" and name != "dapo":  # GRPO advantages, untouched
         assert torch.equal(first.advantages, plain[:3]), name
     if name in PACED:  # step 2 with task b collapsing: bounds from a pacer of those options
         batch2 = copy.deepcopy(batch)
@@ -536,11 +560,18 @@ def test_every_recipe_feeds_the_loss_its_distinguishing_inputs(tiny, name) -> No
             sig, _ = batch_signals(b)
             pacer.update(sig.task_entropy, task_success=sig.task_success,
                          task_reward_var=sig.task_reward_var)  # fmt: skip
-        expected = [pacer.bounds()[t][0] for t in ("a", "a", "a", "b", "b", "b")]
+        width = learner.loss.width  # the pacer's eps_k as the loss's width (ALGORITHMS.md 3)
+        start, eps0 = effective_bounds(cfg.algorithm)[0], pacer.config.eps0
+        expected = [pacer.bounds()[t][0] if width.native
+                    else start * (pacer.bounds()[t][0] / eps0) ** width.power
+                    for t in ("a", "a", "a", "b", "b", "b")]  # fmt: skip
         used = torch.cat([c.eps_low.flatten() for c in calls[:2]]).tolist()
         assert used == pytest.approx(expected), name
         if name in ("eppo", "eppo+papo"):
             assert expected[3] < expected[0]  # the collapsing task gets the tighter range
+        if name.startswith("eppo+") and name != "eppo+papo":  # tighter: w ** power smaller
+            assert (expected[3] / expected[0]) ** (1 / width.power) < 1, name
+            assert expected[0] != start  # paced away from the loss's own width
         if name == "eppo-global":
             assert set(expected) == {0.2}
 

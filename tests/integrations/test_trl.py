@@ -154,6 +154,9 @@ def test_recipes_map_to_trl_fields() -> None:
         "epsilon_high": 0.25,
     }
     assert resolve_recipe("rloo").advantage == "rloo"
+    # EPPO over GSPO scales GSPO's own sequence bounds (its width), not the pacer's 0.2
+    gspo = resolve_recipe("eppo", overrides={"policy_loss": "gspo"})
+    assert gspo.trl_args == {"epsilon": 3e-4, "epsilon_high": 4e-4} and not gspo.width.native
     assert resolve_recipe("eppo-notrend").pacer.trend is False
     assert resolve_recipe("eppo-success").pacer.signal == "success"
     assert resolve_recipe("eppo-rewardvar").pacer.signal == "reward_var"
@@ -161,6 +164,9 @@ def test_recipes_map_to_trl_fields() -> None:
     assert resolve_recipe("eppo", pacer={"alpha": 0.5}).pacer.alpha == 0.5
     dapo = resolve_recipe("dapo", max_completion_length=64)
     assert dapo.overlong == (64, 16) and dapo.notes  # dynamic sampling: explained
+    from entropace.train.algorithms import RECIPES
+
+    assert set(SUPPORTED) | set(UNSUPPORTED) == set(RECIPES)  # every recipe says which
     for name, reason in UNSUPPORTED.items():
         with pytest.raises(ValueError, match="cannot run inside TRL") as err:
             resolve_recipe(name)

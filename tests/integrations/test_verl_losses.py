@@ -107,7 +107,10 @@ def test_import_verl_registers_losses_in_a_fresh_process() -> None:
     for name in ("eppo", "papo", "eppo_papo", "dcpo", "ce_gppo", "vanilla"):
         assert name in result["names"]
     assert result["mod"] == "entropace.integrations.verl.losses"
-    assert result["registered"]["losses"] == ["eppo", "papo", "eppo_papo", "dcpo", "ce_gppo"]
+    assert result["registered"]["losses"] == [
+        "eppo", "papo", "eppo_papo", "dcpo", "ce_gppo", "eppo_cispo", "eppo_gmpo", "eppo_sapo",
+        "eppo_dppo_tv", "eppo_dppo_kl", "eppo_dro",
+    ]  # fmt: skip
     # with the `verl` extra's light dependencies, every part registers in every process
     assert result["registered"]["trainer"] == ["entropace", "entropace_colocate_async"]
     assert result["registered"]["agent_loop"] == ["entropace"]

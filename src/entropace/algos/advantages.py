@@ -15,37 +15,129 @@ In all three a singleton group and a group whose rewards are all equal give exac
 
 Rewards are checked for NaN/inf (one cheap host sync per call; these run once per step).
 
-The three estimators are registered by name (:data:`ADVANTAGE_ESTIMATORS`,
-:func:`get_advantage`), each ``fn(rewards [B], group_ids [B]) -> advantages [B]``; add one with
-``@register_advantage("name")``.
+Every estimator is registered by name (:data:`ADVANTAGE_ESTIMATORS`, :func:`get_advantage`) as
+an :class:`AdvantageEstimator`: ``spec(rewards [B], group_ids [B], mask=..., baselines=...,
+config=...)`` returns ``[B]`` (one advantage per trajectory) or, for ``per_token`` estimators,
+``[B, T]``. The entry declares the inputs the estimator needs beyond rewards and groups
+(``mask``: the ``[B, T]`` loss mask; ``baselines``: ReMax's greedy rewards) and its options
+(a validated config dataclass, whose fields are the function's keyword arguments). Add one with
+``@register_advantage("name", config=..., needs=(...), per_token=...)``. Besides the three
+above, :mod:`entropace.algos.advantage_baselines` registers verl's REINFORCE++ (with and without
+baseline), ReMax, OPO, GRPO pass@k and GPG.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-AdvantageFn = Callable[[Tensor, Tensor], Tensor]
+from entropace.algos.options import build_options
 
-#: ``name -> fn(rewards [B], group_ids [B]) -> advantages [B]``.
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+AdvantageFn = Callable[..., Tensor]
+
+#: The extra inputs an estimator may need (keyword arguments of its function).
+INPUTS = ("mask", "baselines")
 
 
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator adding an estimator ``fn(rewards, group_ids) -> [B]`` under ``name``."""
+@dataclass(frozen=True)
+class NoOptions:
+    """The config of an estimator without options."""
+
+
+@dataclass(frozen=True)
+class GRPOAdvantageConfig:
+    """``grpo``: ``eps`` added to the group's standard deviation."""
+
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not self.eps > 0:
+            raise ValueError(f"eps must be a number > 0; got {self.eps!r}")
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """One registered advantage estimator.
+
+    Attributes:
+        name: registry key.
+        fn: ``fn(rewards, group_ids, *, <needs>, <options>) -> [B]`` (or ``[B, T]``).
+        config_cls: its options' frozen dataclass (fields = ``fn``'s keyword options).
+        needs: the extra inputs of :data:`INPUTS` it reads.
+        per_token: it returns ``[B, T]`` advantages (0 off the mask), not one per trajectory.
+    """
+
+    name: str
+    fn: AdvantageFn
+    config_cls: type = NoOptions
+    needs: tuple[str, ...] = ()
+    per_token: bool = False
+
+    def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
+        """The validated config from plain options; ``ValueError`` naming the bad option."""
+        return build_options(f"advantage estimator {self.name!r}", self.config_cls, options)
+
+    def __call__(
+        self,
+        rewards: Tensor,
+        group_ids: Tensor,
+        *,
+        mask: Tensor | None = None,
+        baselines: Tensor | None = None,
+        config: Any | None = None,
+    ) -> Tensor:
+        """The advantages; inputs the estimator does not need are ignored, a needed one
+        missing is a ``ValueError``."""
+        cfg = self.config_cls() if config is None else config
+        if not isinstance(cfg, self.config_cls):
+            raise TypeError(
+                f"advantage estimator {self.name!r} takes a {self.config_cls.__name__}; got "
+                f"{type(cfg).__name__}"
+            )
+        given = {"mask": mask, "baselines": baselines}
+        extra = {}
+        for need in self.needs:
+            if given[need] is None:
+                raise ValueError(f"advantage estimator {self.name!r} needs {need}=")
+            extra[need] = given[need]
+        options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+        return self.fn(rewards, group_ids, **extra, **options)
+
+
+#: ``name -> AdvantageEstimator``.
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+
+
+def register_advantage(
+    name: str,
+    *,
+    config: type = NoOptions,
+    needs: tuple[str, ...] = (),
+    per_token: bool = False,
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding an estimator ``fn(rewards, group_ids, ...)`` under ``name`` (the keyword
+    arguments are the :class:`AdvantageEstimator` attributes)."""
+    unknown = sorted(set(needs) - set(INPUTS))
+    if unknown:
+        raise ValueError(f"advantage estimator {name!r}: unknown needs {unknown}; known {INPUTS}")
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"advantage estimator {name!r}: config must be a dataclass")
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, config, tuple(needs), per_token)
         return fn
 
     return decorator
 
 
-def get_advantage(name: str) -> AdvantageFn:
+def get_advantage(name: str) -> AdvantageEstimator:
     """The estimator ``name``; ``KeyError`` listing the known names otherwise."""
     try:
         return ADVANTAGE_ESTIMATORS[name]
@@ -57,13 +149,18 @@ def get_advantage(name: str) -> AdvantageFn:
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "INPUTS",
+    "AdvantageEstimator",
     "AdvantageFn",
+    "GRPOAdvantageConfig",
+    "NoOptions",
     "check_rewards",
     "get_advantage",
     "register_advantage",
     "group_stats",
     "dr_grpo_advantages",
     "grpo_advantages",
+    "out_dtype",
     "rloo_advantages",
     "task_normalize_advantages",
 ]
@@ -86,7 +183,8 @@ def check_rewards(rewards: Tensor, group_ids: Tensor, name: str = "rewards") -> 
         raise ValueError(f"{name} contain NaN or inf (first bad indices: {bad})")
 
 
-def _out_dtype(x: Tensor) -> torch.dtype:
+def out_dtype(x: Tensor) -> torch.dtype:
+    """The advantages' dtype: the rewards' floating dtype, float32 for integer rewards."""
     return x.dtype if torch.is_floating_point(x) else torch.float32
 
 
@@ -111,7 +209,7 @@ def group_stats(values: Tensor, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Te
     return count[inv], mean[inv], var[inv], (gmax == gmin)[inv]
 
 
-@register_advantage("grpo")
+@register_advantage("grpo", config=GRPOAdvantageConfig)
 def grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
     """GRPO group-normalised advantages ``(R_i - mean_g) / (std_g + eps)`` (arXiv 2402.03300).
 
@@ -129,7 +227,7 @@ def grpo_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) ->
     check_rewards(rewards, group_ids)
     _, mean, var, equal = group_stats(rewards, group_ids)
     adv = (rewards.to(torch.float64) - mean) / (var.sqrt() + eps)
-    return torch.where(equal, torch.zeros_like(adv), adv).to(_out_dtype(rewards))
+    return torch.where(equal, torch.zeros_like(adv), adv).to(out_dtype(rewards))
 
 
 @register_advantage("dr_grpo")
@@ -141,7 +239,7 @@ def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     check_rewards(rewards, group_ids)
     _, mean, _, equal = group_stats(rewards, group_ids)
     adv = rewards.to(torch.float64) - mean
-    return torch.where(equal, torch.zeros_like(adv), adv).to(_out_dtype(rewards))
+    return torch.where(equal, torch.zeros_like(adv), adv).to(out_dtype(rewards))
 
 
 @register_advantage("rloo")
@@ -156,7 +254,7 @@ def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
     r = rewards.to(torch.float64)
     loo_mean = (mean * count - r) / (count - 1.0).clamp_min(1.0)
     adv = torch.where(equal | (count < 2), torch.zeros_like(r), r - loo_mean)
-    return adv.to(_out_dtype(rewards))
+    return adv.to(out_dtype(rewards))
 
 
 def task_normalize_advantages(
@@ -202,8 +300,8 @@ def task_normalize_advantages(
     values = advantages[m]
     out = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
     if values.numel() == 0:
-        return out.to(_out_dtype(advantages))
+        return out.to(out_dtype(advantages))
     _, mean, var, equal = group_stats(values, flat_ids)
     normed = (values.to(torch.float64) - mean) / (var.sqrt() + eps)
     out[m] = torch.where(equal, torch.zeros_like(normed), normed)
-    return out.to(_out_dtype(advantages))
+    return out.to(out_dtype(advantages))

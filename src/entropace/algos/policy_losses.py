@@ -7,21 +7,27 @@ Every registered loss is a :class:`PolicyLoss` entry, called as::
                           agg="token-mean"), spec.make_config({"dual_clip": 3.0}))
 
 - :class:`LossInputs` holds the per-token tensors (``[B, T]``; advantages ``[B]`` or ``[B, T]``),
-  the clip bounds (floats or tensors broadcastable to ``[B, T]``: per task, per trajectory or
-  per token; ``None`` means the loss's :attr:`PolicyLoss.default_bounds`), the aggregation
+  the trust-region widths ``eps_low`` / ``eps_high`` in the loss's own units (floats or tensors
+  broadcastable to ``[B, T]``: per task, per trajectory or per token; ``None`` means the
+  loss's defaults: :attr:`PolicyLoss.default_bounds`, or its width options), the aggregation
   (:func:`entropace.algos.aggregate_loss`), an optional random generator and optional
   behaviour importance weights (AReaL's decoupled objective, :mod:`entropace.algos.decoupled`).
 - Each loss has its own frozen config dataclass (``spec.config_cls``) whose ``__post_init__``
   validates the options, so a trainer can check ``loss_options`` when its config loads.
 - The entry declares what a caller needs to know about the loss: its default bounds (``None``
-  for a loss without a clip), whether zero advantages give exactly zero loss and gradient
-  (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
+  for a loss without a clip), its trust-region width (:class:`entropace.algos.widths.TrustWidth`:
+  what ``eps_low`` / ``eps_high`` mean for it and how EPPO's pace moves them; ``None``: no
+  width, the pacer cannot compose with it), whether zero advantages give exactly zero loss and
+  gradient (``advantage_weighted``), whether it draws random numbers (``uses_generator``), whether
   each trajectory's loss depends on that trajectory alone (``row_local``), whether it takes
   behaviour importance weights (``decoupled``).
 
 Registered names: ``ppo`` (GRPO, Dr.GRPO, DAPO, RLOO, BAPO, EPPO all use it, with their own
 bounds / aggregation), ``gspo``, ``clip_cov``, ``kl_cov``, ``dcpo``, ``ce_gppo`` (``ppo`` and
-``ce_gppo`` take AReaL's behaviour weights, ``decoupled=True``); add one with
+``ce_gppo`` take AReaL's behaviour weights, ``decoupled=True``), and, in their own modules,
+verl's trust regions ``cispo``, ``gmpo``, ``sapo``, ``dppo_tv``, ``dppo_kl``
+(:mod:`entropace.algos.trust_region_losses`) and ``dro``, ``gpg``
+(:mod:`entropace.algos.pg_losses`); add one with
 ``@register_policy_loss("name", config=MyConfig, default_bounds=(0.2, 0.2))``.
 
 No loss checks for NaN/inf (a host sync per call): the trainer checks the loss once per step and
@@ -39,6 +45,7 @@ import torch
 from torch import Tensor
 
 from entropace.algos.aggregation import Count, resolve_count
+from entropace.algos.options import build_options
 from entropace.algos.surrogate import (
     LOG_RATIO_CLAMP,
     Bound,
@@ -53,6 +60,7 @@ from entropace.algos.surrogate import (
     ppo_clip_token_loss,
     prepare_token_inputs,
 )
+from entropace.algos.widths import RATIO_WIDTH, TrustWidth
 
 __all__ = [
     "POLICY_LOSSES",
@@ -79,9 +87,13 @@ class LossInputs:
         old_logprobs: ``[B, T]`` ``log pi_old(y_t)`` of the sampling policy.
         advantages: ``[B]`` (one per trajectory) or ``[B, T]``.
         mask: ``[B, T]`` 0/1 loss mask (bool or float).
-        eps_low, eps_high: ratio bounds ``[1 - eps_low, 1 + eps_high]``: floats or tensors
+        eps_low, eps_high: the loss's trust-region widths in its own units
+            (:attr:`PolicyLoss.width`): ratio bounds ``[1 - eps_low, 1 + eps_high]`` for the
+            PPO family, GMPO's log-ratio bounds, DPPO's divergence thresholds, SAPO's
+            temperatures ``(tau_neg, tau_pos)``, DRO's penalties; floats or tensors
             broadcastable to ``[B, T]`` (0-dim, ``[B, 1]`` per trajectory / task, ``[B, T]``
-            per token). ``None``: the loss's default bounds. Ignored by losses without a clip.
+            per token). ``None``: the loss's default bounds, or its width options. Ignored by
+            losses without a width.
         agg, num_tokens, num_seqs, seq_norm: see :func:`entropace.algos.aggregate_loss`; pass the
             global counts of a mini-batch when accumulating over micro-batches.
         generator: random source of losses with ``uses_generator`` (Clip-Cov's token pick).
@@ -128,7 +140,9 @@ class PolicyLoss:
         fn: ``fn(inputs, config) -> LossOutput``; ``inputs`` has its bounds filled in.
         config_cls: the loss's frozen config dataclass (validates in ``__post_init__``).
         default_bounds: ``(eps_low, eps_high)`` when ``LossInputs`` gives none; ``None`` for a
-            loss without a clip (its bounds are ignored).
+            loss without a clip (its bounds are ignored) or whose widths are config options.
+        width: the loss's :class:`~entropace.algos.widths.TrustWidth` (what its bounds mean
+            and how EPPO's pace moves them); ``None``: no trust-region width (GPG, KL-Cov).
         advantage_weighted: every loss term is a multiple of ``A_t``, so all-zero advantages
             give exactly zero loss and gradient (a trainer may skip the passes).
         uses_generator: the loss draws random numbers from ``LossInputs.generator``.
@@ -156,20 +170,11 @@ class PolicyLoss:
     uses_generator: bool = False
     row_local: bool = False
     decoupled: bool = False
+    width: TrustWidth | None = None
 
     def make_config(self, options: Mapping[str, Any] | None = None) -> Any:
         """The validated config from plain options; ``ValueError`` naming the bad option."""
-        options = dict(options or {})
-        fields = [f.name for f in dataclasses.fields(self.config_cls)]
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"policy loss {self.name!r}: unknown option(s) {unknown}; allowed: {fields}"
-            )
-        try:
-            return self.config_cls(**options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"policy loss {self.name!r}: {exc}") from None
+        return build_options(f"policy loss {self.name!r}", self.config_cls, options)
 
     def __call__(self, inputs: LossInputs, config: Any | None = None) -> LossOutput:
         """Compute the loss; ``config`` defaults to ``config_cls()``."""
@@ -185,8 +190,11 @@ class PolicyLoss:
                 "(ppo.decoupled); losses that do: "
                 f"{sorted(n for n, s in POLICY_LOSSES.items() if s.decoupled)}"
             )
-        if self.default_bounds is not None and (inputs.eps_low is None or inputs.eps_high is None):
-            lo, hi = self.default_bounds
+        defaults = self.default_bounds
+        if self.width is not None and self.width.options is not None:
+            defaults = self.width.option_widths(cfg)
+        if defaults is not None and (inputs.eps_low is None or inputs.eps_high is None):
+            lo, hi = defaults
             inputs = dataclasses.replace(
                 inputs,
                 eps_low=lo if inputs.eps_low is None else inputs.eps_low,
@@ -196,6 +204,8 @@ class PolicyLoss:
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+_RATIO = object()  # ``width`` not given: the PPO family's ratio bounds when there are bounds
 
 
 def register_policy_loss(
@@ -207,19 +217,32 @@ def register_policy_loss(
     uses_generator: bool = False,
     row_local: bool = False,
     decoupled: bool = False,
+    width: Any = _RATIO,
 ) -> Callable[[LossFn], LossFn]:
     """Decorator adding ``fn(inputs, config) -> LossOutput`` to :data:`POLICY_LOSSES`
     (the keyword arguments are the :class:`PolicyLoss` attributes; ``row_local`` and
-    ``decoupled`` default to the safe False)."""
+    ``decoupled`` default to the safe False; ``width`` defaults to the PPO family's ratio
+    bounds for a loss with ``default_bounds``, else to None)."""
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"policy loss {name!r}: config must be a dataclass, got {config!r}")
+    if width is _RATIO:
+        width = RATIO_WIDTH if default_bounds is not None else None
+    if width is not None:
+        fields = {f.name for f in dataclasses.fields(config)}
+        if width.options is not None and not set(width.options) <= fields:
+            raise ValueError(f"policy loss {name!r}: width options {width.options} not in {config}")
+        if (width.options is None) != (default_bounds is not None):
+            raise ValueError(
+                f"policy loss {name!r}: a width is either bounds (with default_bounds) or "
+                "config options (without)"
+            )
 
     def decorator(fn: LossFn) -> LossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = PolicyLoss(
             name, fn, config, default_bounds, advantage_weighted, uses_generator, row_local,
-            decoupled,
+            decoupled, width,
         )  # fmt: skip
         return fn
 
@@ -344,7 +367,13 @@ class GSPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("gspo", config=GSPOLossConfig, default_bounds=(3e-4, 4e-4), row_local=True)
+#: GSPO's bounds act on a sequence's geometric-mean ratio: the pacer scales its own bounds.
+GSPO_WIDTH = TrustWidth("sequence-ratio bound", low_below_one=True)
+
+
+@register_policy_loss(
+    "gspo", config=GSPOLossConfig, default_bounds=(3e-4, 4e-4), row_local=True, width=GSPO_WIDTH
+)
 def gspo_policy_loss(inputs: LossInputs, cfg: GSPOLossConfig) -> LossOutput:
     """GSPO: the ratio is the sequence's geometric-mean ratio, clipped per sequence (arXiv 2507.18071).
 
@@ -512,7 +541,13 @@ class DCPOLossConfig:
         _check_dual(self.dual_clip)
 
 
-@register_policy_loss("dcpo", config=DCPOLossConfig, default_bounds=(0.16, 0.2), row_local=True)
+#: DCPO's ``eps`` (the ratio bounds at ``q = 1``), set by the pacer directly as PPO's.
+DCPO_WIDTH = TrustWidth("DCPO bound parameter", native=True)
+
+
+@register_policy_loss(
+    "dcpo", config=DCPOLossConfig, default_bounds=(0.16, 0.2), row_local=True, width=DCPO_WIDTH
+)
 def dcpo_policy_loss(inputs: LossInputs, cfg: DCPOLossConfig) -> LossOutput:
     """DCPO dynamic clipping (arXiv 2509.02333): the PPO surrogate with :func:`dcpo_bounds`.
 

@@ -17,6 +17,11 @@ this package, with one interface, so that no caller branches on the name:
 
 Every rule is built from one :class:`ClipSettings` (the fixed bounds and the controllers'
 validated configs) by :func:`build_clip_rule`; add one with ``@register_clip_rule("name")``.
+
+Bounds are in the policy loss's own width units (``ClipSettings.width``,
+:mod:`entropace.algos.widths`): ratio half-widths for the PPO family, GMPO's log-ratio bounds,
+SAPO's temperatures ``(tau_neg, tau_pos)``, DPPO's thresholds ... The pacer maps each task's
+pace to that width (:func:`entropace.algos.paced_widths`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from entropace.algos.widths import RATIO_WIDTH, TrustWidth, paced_widths
 from entropace.control._state import check_fields
 from entropace.control.bapo import BapoClipController, BapoConfig
 from entropace.control.pacer import EntropyPacer, PacerConfig
@@ -49,14 +55,18 @@ class ClipSettings:
     """What a clip rule is built from.
 
     Attributes:
-        eps_low, eps_high: the fixed bounds (``fixed``), and BAPO's bounds before its first
-            search.
-        task_bounds: ``fixed`` only: per-task bounds ``{task: (eps_low, eps_high)}`` that
-            replace ``eps_low`` / ``eps_high`` for the tasks named (fixed per-task clip ranges,
-            e.g. the per-task positive control of the pace lab: tight on one task, wide on
-            another, in one shared policy).
+        eps_low, eps_high: the fixed bounds (``fixed``), BAPO's bounds before its first
+            search, and the widths at pace 1 of a loss whose width is not native to the pacer
+            (``pacer``); in the loss's width units.
+        task_bounds: ``fixed`` only: per-task bounds ``{task: (eps_low, eps_high)}`` (in the
+            loss's width units) that replace ``eps_low`` / ``eps_high`` for the tasks named
+            (fixed per-task trust regions, e.g. the per-task positive control of the pace lab:
+            tight on one task, wide on another, in one shared policy).
         pacer: EPPO's pacer options (``pacer``).
         bapo: BAPO's search options (``bapo``).
+        width: the policy loss's trust-region width (what the bounds are, how the pacer's
+            pace moves them): ``eps_low`` / ``eps_high`` are in its units and, for a width not
+            native to the pacer, are the widths at pace 1.
     """
 
     eps_low: float = 0.2
@@ -64,25 +74,14 @@ class ClipSettings:
     task_bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     pacer: PacerConfig = field(default_factory=PacerConfig)
     bapo: BapoConfig = field(default_factory=BapoConfig)
+    width: TrustWidth = RATIO_WIDTH
 
     def __post_init__(self) -> None:
-        check_bounds(self.eps_low, self.eps_high)
+        self.width.check(self.eps_low, self.eps_high)  # in the loss's units
         for task, pair in self.task_bounds.items():
             if not isinstance(pair, tuple | list) or len(pair) != 2:
                 raise ValueError(f"task_bounds[{task!r}] must be (eps_low, eps_high); got {pair!r}")
-            check_bounds(*pair, where=f"task_bounds[{task!r}]")
-
-
-def check_bounds(eps_low: Any, eps_high: Any, where: str = "") -> None:
-    """``ValueError`` unless ``0 < eps_low < 1`` and ``eps_high > 0`` (numbers)."""
-    prefix = f"{where}: " if where else ""
-    for name, value in (("eps_low", eps_low), ("eps_high", eps_high)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"{prefix}{name} must be a number > 0; got {value!r}")
-    if not eps_low < 1:
-        raise ValueError(
-            f"{prefix}eps_low must be < 1 (the lower bound is 1 - eps_low); got {eps_low}"
-        )
+            self.width.check(*pair, f"task_bounds[{task!r}]: ")
 
 
 class ClipRule(Protocol):
@@ -176,13 +175,22 @@ class PacerClip:
     The pacer sees ``h_k`` (or, for the ablations, the success rate / reward variance) of the
     tasks present; absent tasks keep their state and last eps. A task present without any
     policy token (no entropy) gets the bounds it last had, ``eps0`` if it never had any.
+    The pacer's bounds become the loss's widths by :func:`entropace.algos.paced_widths`
+    (``settings.width``; ``settings.eps_low`` / ``eps_high`` are the widths at pace 1 of a
+    width not native to the pacer).
     """
 
     needs_logprobs = False
 
     def __init__(self, settings: ClipSettings) -> None:
         self.pacer = EntropyPacer(config=settings.pacer)
-        self.default_bounds = settings.pacer.bounds0
+        self.width = settings.width
+        self.start = (float(settings.eps_low), float(settings.eps_high))
+        self.default_bounds = self.widths(settings.pacer.bounds0)
+
+    def widths(self, bounds: tuple[float, float]) -> tuple[float, float]:
+        """The loss's widths for the pacer's ``(eps_low_k, eps_high_k)``."""
+        return paced_widths(self.width, bounds, self.pacer.config.bounds0, self.start)
 
     def on_step(self, signals: StepSignals) -> dict[str, tuple[float, float]]:
         self.pacer.update(
@@ -190,15 +198,15 @@ class PacerClip:
             task_success=signals.task_success,
             task_reward_var=signals.task_reward_var,
         )
-        bounds = self.pacer.bounds()
+        current = self.current_bounds()
         default = self.default_bounds
-        return {k: tuple(map(float, bounds.get(k, default))) for k in signals.task_success}
+        return {k: current.get(k, default) for k in signals.task_success}
 
     def on_minibatch(self, *args: Tensor) -> tuple[float, float] | None:
         return None
 
     def current_bounds(self) -> dict[str, tuple[float, float]]:
-        return self.pacer.bounds()
+        return {k: self.widths(b) for k, b in self.pacer.bounds().items()}
 
     def metrics(self, tasks: Iterable[str]) -> dict[str, float]:
         """``task/<k>/pace_m`` (m_k), ``task/<k>/pace_z`` (z_k), ``task/<k>/pace_delta``

@@ -9,11 +9,18 @@ resolved config, so every part of a recipe can still be overridden
 pieces a recipe names live in their own registries: advantage estimators and policy losses in
 :mod:`entropace.algos`, clip rules in :mod:`entropace.control`.
 
-Bounds: ``eps_low`` / ``eps_high`` are None unless a recipe (or the user) sets them, which means
-the policy loss's own defaults (:attr:`entropace.algos.PolicyLoss.default_bounds`: 0.2 / 0.2
-for the PPO family, GSPO's 3e-4 / 4e-4, DCPO's 0.16 / 0.2); :func:`effective_bounds` resolves
-them. Defaults follow ``shared/docs/BASELINES.md`` and ``ALGORITHMS.md``. Two deliberate
-choices, so that recipes differ only in the rule they are about:
+Bounds: ``eps_low`` / ``eps_high`` are the policy loss's trust-region widths in its own units
+(:attr:`entropace.algos.PolicyLoss.width`: ratio half-widths for the PPO family and CISPO,
+GMPO's log-ratio bounds, DPPO's divergence thresholds). They are None unless a recipe (or the
+user) sets them, which means the loss's own defaults
+(:attr:`entropace.algos.PolicyLoss.default_bounds`: 0.2 / 0.2 for the PPO family, GSPO's
+3e-4 / 4e-4, DCPO's 0.16 / 0.2); a loss whose widths are options (SAPO's ``tau_neg`` /
+``tau_pos``, DRO's ``beta``) takes them from ``loss_options`` and refuses these two keys.
+:func:`effective_bounds` resolves them. Under EPPO's pacer a native (ratio-bound) width starts
+at ``pacer.eps0`` / ``eps_high0``; any other starts at the loss's own widths and is scaled by
+the task's pace (ALGORITHMS.md section 3, "Widths"); a loss without a width (GPG, KL-Cov) is
+refused with the pacer. Defaults follow ``shared/docs/BASELINES.md`` and ``ALGORITHMS.md``.
+Two deliberate choices, so that recipes differ only in the rule they are about:
 
 * ``kl_beta`` is 0 in every recipe (GRPO's paper uses 0.04: ``algorithm.kl_beta=0.04``).
 * DCPO's "smooth advantage standardisation across visits of a prompt" needs a prompt to be
@@ -26,7 +33,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from entropace.algos import ADVANTAGE_ESTIMATORS, AGG_MODES, POLICY_LOSSES, get_policy_loss
+from entropace.algos import (
+    ADVANTAGE_ESTIMATORS,
+    AGG_MODES,
+    POLICY_LOSSES,
+    get_advantage,
+    get_policy_loss,
+)
+from entropace.algos.widths import RATIO_WIDTH
 from entropace.control import (
     CLIP_RULES,
     BapoConfig,
@@ -51,6 +65,7 @@ __all__ = [
     "AlgorithmConfig",
     "OverlongConfig",
     "Recipe",
+    "advantage_config",
     "algorithm_config",
     "clip_settings",
     "effective_bounds",
@@ -78,6 +93,8 @@ class AlgorithmConfig:
     Attributes:
         name: a recipe of :data:`RECIPES`.
         advantage: an estimator of :data:`entropace.algos.ADVANTAGE_ESTIMATORS`.
+        advantage_options: that estimator's own options (e.g. ``gamma`` of
+            ``reinforce_plus_plus``, ``norm_by_std`` of ``grpo_passk``), validated on load.
         task_norm: AgentRL's per-task re-standardisation of token advantages.
         policy_loss: a name of :data:`entropace.algos.POLICY_LOSSES`.
         loss_options: that loss's own options (fields of its config dataclass, e.g.
@@ -87,10 +104,12 @@ class AlgorithmConfig:
             ``max_episode_tokens``).
         clip_rule: a name of :data:`entropace.control.CLIP_RULES`: ``fixed`` (eps_low /
             eps_high) | ``pacer`` (EPPO) | ``bapo``.
-        eps_low, eps_high: the fixed clip range ``[1 - eps_low, 1 + eps_high]``; None: the
-            policy loss's default bounds.
-        task_bounds: ``clip_rule: fixed`` only: fixed per-task bounds ``{task: [eps_low,
-            eps_high]}`` for the tasks named (the others keep ``eps_low`` / ``eps_high``).
+        eps_low, eps_high: the loss's fixed widths in its own units (the clip range
+            ``[1 - eps_low, 1 + eps_high]`` of the PPO family); None: the policy loss's
+            default bounds.
+        task_bounds: ``clip_rule: fixed`` only: fixed per-task widths ``{task: [eps_low,
+            eps_high]}`` (the loss's units) for the tasks named (the others keep ``eps_low`` /
+            ``eps_high``).
         papo: reweight advantages by entropy polarity (PAPO).
         dynamic_sampling: DAPO's filter dropping groups whose rewards are all equal.
         kl_beta: coefficient of the k3 KL to a frozen reference (0: no reference model).
@@ -99,6 +118,7 @@ class AlgorithmConfig:
 
     name: str = "grpo"
     advantage: str = "grpo"
+    advantage_options: dict[str, Any] = field(default_factory=dict)
     task_norm: bool = False
     policy_loss: str = "ppo"
     loss_options: dict[str, Any] = field(default_factory=dict)
@@ -122,6 +142,7 @@ class AlgorithmConfig:
 #: replaces all of them, so a preset's settings for another algorithm never leak into it.
 IDENTITY: dict[str, Any] = {
     "advantage": "grpo",
+    "advantage_options": {},
     "task_norm": False,
     "policy_loss": "ppo",
     "loss_options": {},
@@ -146,7 +167,7 @@ MAX_WARMUP = 1_000_000
 # The controllers' and the losses' configs check their own relations on construction.
 register_ranges(AlgorithmConfig, {
     "seq_norm": Range(0, lo_open=True),
-    "eps_low": Range(0, 1, lo_open=True, hi_open=True),
+    "eps_low": Range(0, lo_open=True),  # < 1 for a ratio bound: validate_algorithm
     "eps_high": Range(0, lo_open=True),
     "kl_beta": Range(0),
     "entropy_coef": Range(0),
@@ -169,7 +190,9 @@ def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmC
     check_in(f"{key}.agg", a.agg, list(AGG_MODES))
     check_in(f"{key}.clip_rule", a.clip_rule, sorted(CLIP_RULES))
     loss_config(a, key)
-    if a.clip_rule == "pacer":  # the pacer's range starts at (pacer.eps0, pacer.eps_high0)
+    advantage_config(a, key)
+    width = _check_widths(a, key)
+    if a.clip_rule == "pacer" and width.native:  # it starts at (pacer.eps0, pacer.eps_high0)
         for name, start in zip(("eps_low", "eps_high"), a.pacer.bounds0, strict=True):
             value = getattr(a, name)
             if value is not None and value != start:
@@ -197,30 +220,78 @@ def validate_algorithm(a: AlgorithmConfig, key: str = "algorithm") -> AlgorithmC
     return a
 
 
+def _check_widths(a: AlgorithmConfig, key: str) -> Any:
+    """The loss's width checks of the section: widths held in options refuse ``eps_*``, a
+    ratio bound needs ``eps_low < 1``, the pacer needs a width and BAPO a ratio bound.
+    Returns the loss's width (the PPO family's for a loss without one)."""
+    width = get_policy_loss(a.policy_loss).width
+    if width is not None and width.options is not None:
+        for name in ("eps_low", "eps_high"):
+            if getattr(a, name) is not None:
+                raise ConfigError(
+                    f"{key}.{name}: the widths of policy loss {a.policy_loss!r} are its "
+                    f"{width.unit}s {key}.loss_options.{width.options[0]} / "
+                    f"{width.options[1]}; set those instead"
+                )
+    if (width is None or width.low_below_one) and a.eps_low is not None and not a.eps_low < 1:
+        raise ConfigError(
+            f"{key}.eps_low must be < 1 for policy loss {a.policy_loss!r} (its lower ratio bound "
+            f"is 1 - eps_low), got {a.eps_low}"
+        )
+    if a.clip_rule == "pacer" and width is None:
+        paced = sorted(n for n, s in POLICY_LOSSES.items() if s.width is not None)
+        raise ConfigError(
+            f"{key}.clip_rule=pacer: policy loss {a.policy_loss!r} has no trust-region width "
+            f"for EPPO's pacer to set; the pacer composes with {paced}"
+        )
+    if a.clip_rule == "bapo" and (width is None or not width.native):
+        raise ConfigError(
+            f"{key}.clip_rule=bapo searches PPO's ratio bounds; policy loss {a.policy_loss!r} "
+            f"has {'no width' if width is None else width.unit + 's'}"
+        )
+    return width or RATIO_WIDTH
+
+
 def loss_config(a: AlgorithmConfig, key: str = "algorithm") -> Any:
     """The validated config dataclass of ``a.policy_loss`` built from ``a.loss_options``."""
     spec = get_policy_loss(a.policy_loss)
     return build_dataclass(spec.config_cls, a.loss_options, f"{key}.loss_options")
 
 
+def advantage_config(a: AlgorithmConfig, key: str = "algorithm") -> Any:
+    """The validated config dataclass of ``a.advantage`` built from ``a.advantage_options``."""
+    spec = get_advantage(a.advantage)
+    return build_dataclass(spec.config_cls, a.advantage_options, f"{key}.advantage_options")
+
+
 def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
-    """``(eps_low, eps_high)`` a task starts with: the configured values, else the policy loss's
-    defaults (0.2 / 0.2 for a loss without a clip, whose bounds are then unused); under the
-    pacer, its ``(eps0, eps_high0)`` (:attr:`entropace.control.PacerConfig.bounds0`, which
-    :func:`validate_algorithm` makes agree with any ``eps_low`` / ``eps_high`` given)."""
-    if a.clip_rule == "pacer":
+    """``(eps_low, eps_high)`` a task starts with, in the loss's width units: the configured
+    values, else the policy loss's defaults (its width options for SAPO / DRO; 0.2 / 0.2 for a
+    loss without a width, whose bounds are then unused); under the pacer with a native
+    (ratio-bound) width, its ``(eps0, eps_high0)`` (:attr:`entropace.control.PacerConfig.
+    bounds0`, which :func:`validate_algorithm` makes agree with any ``eps_low`` /
+    ``eps_high`` given)."""
+    spec = get_policy_loss(a.policy_loss)
+    width = spec.width or RATIO_WIDTH
+    if a.clip_rule == "pacer" and width.native:
         return a.pacer.bounds0
-    default = get_policy_loss(a.policy_loss).default_bounds or (0.2, 0.2)
+    if width.options is not None:
+        return width.option_widths(loss_config(a))
+    default = spec.default_bounds or (0.2, 0.2)
     lo = default[0] if a.eps_low is None else a.eps_low
     hi = default[1] if a.eps_high is None else a.eps_high
     return float(lo), float(hi)
 
 
 def clip_settings(a: AlgorithmConfig) -> ClipSettings:
-    """What :func:`entropace.control.build_clip_rule` builds ``a.clip_rule`` from."""
+    """What :func:`entropace.control.build_clip_rule` builds ``a.clip_rule`` from (the bounds in
+    the loss's width units, and that width)."""
     lo, hi = effective_bounds(a)
+    width = get_policy_loss(a.policy_loss).width or RATIO_WIDTH
     per_task = {k: tuple(v) for k, v in a.task_bounds.items()}
-    return ClipSettings(eps_low=lo, eps_high=hi, task_bounds=per_task, pacer=a.pacer, bapo=a.bapo)
+    return ClipSettings(
+        eps_low=lo, eps_high=hi, task_bounds=per_task, pacer=a.pacer, bapo=a.bapo, width=width
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +376,33 @@ for _recipe in (
            "2510.18927", {"clip_rule": "bapo"}),
     Recipe("ce_gppo", "CE-GPPO: gradient-preserving clip", "2509.20712",
            {"policy_loss": "ce_gppo"}),
+    Recipe("cispo", "CISPO: clipped stop-gradient importance weight on every token",
+           "2506.13585", {"policy_loss": "cispo", "eps_low": 10.0, "eps_high": 0.2}),
+    Recipe("gmpo", "GMPO: geometric mean of the token ratios, log-ratio clip", "2507.20673",
+           {"policy_loss": "gmpo", "agg": "seq-mean-token-mean", "eps_low": 0.4,
+            "eps_high": 0.4}),
+    Recipe("sapo", "SAPO: soft temperature-controlled gate instead of a clip", "2511.20347",
+           {"policy_loss": "sapo", "agg": "seq-mean-token-mean"}),
+    Recipe("dppo_tv", "DPPO-Binary-TV: total-variation bound instead of a ratio clip",
+           "2602.04879", {"policy_loss": "dppo_tv", "advantage": "dr_grpo",
+                          "agg": "seq-mean-token-sum-norm", "eps_low": 0.15, "eps_high": 0.15,
+                          "loss_options": {"ratio_cap": None}}),
+    Recipe("dppo_kl", "DPPO-Binary-KL: binary-KL bound instead of a ratio clip", "2602.04879",
+           {"policy_loss": "dppo_kl", "advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm",
+            "eps_low": 0.05, "eps_high": 0.05, "loss_options": {"ratio_cap": None}}),
+    Recipe("dro", "DRO: policy gradient with a quadratic log-ratio penalty", "2405.19107",
+           {"policy_loss": "dro", "advantage": "dr_grpo"}),
+    Recipe("gpg", "GPG: REINFORCE on GPG's rescaled group advantages, no ratio", "2504.02546",
+           {"policy_loss": "gpg", "advantage": "gpg"}),
+    Recipe("reinforce_plus_plus", "REINFORCE++: batch-whitened returns, PPO clip",
+           "2501.03262", {"advantage": "reinforce_plus_plus"}),
+    Recipe("reinforce_plus_plus_baseline",
+           "REINFORCE++ with the group-mean baseline, batch-whitened", "2501.03262",
+           {"advantage": "reinforce_plus_plus_baseline"}),
+    Recipe("opo", "OPO: length-weighted optimal group baseline", "2505.23585",
+           {"advantage": "opo"}),
+    Recipe("grpo_passk", "GRPO pass@k: only each group's best response gets r_max - r_second",
+           "2503.19595", {"advantage": "grpo_passk", "agg": "seq-mean-token-mean"}),
     Recipe("eppo", "EPPO: per-task clip range paced by retained entropy",
            "ALGORITHMS.md section 3", dict(_EPPO)),
     Recipe("papo", "PAPO: advantages reweighted by entropy polarity",
@@ -323,3 +421,12 @@ for _recipe in (
            "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"signal": "reward_var"}}),
 ):  # fmt: skip
     register_recipe(_recipe)
+
+#: The trust-region losses EPPO's pacer composes with beyond PPO's clip (``eppo+<name>``: the
+#: loss's recipe with the pacer over its width; ALGORITHMS.md section 3, "Widths").
+PACED_LOSS_RECIPES = ("cispo", "gmpo", "sapo", "dppo_tv", "dppo_kl", "dro")
+for _name in PACED_LOSS_RECIPES:
+    _base = RECIPES[_name]
+    register_recipe(Recipe(
+        f"eppo+{_name}", f"EPPO pacer over the width of {_base.summary.split(':')[0]}",
+        "ALGORITHMS.md section 3", {**_base.overrides, **_EPPO}))  # fmt: skip

@@ -167,7 +167,8 @@ class DecoupledConfig:
 
     Attributes:
         enabled: use the decoupled objective. Needs a policy loss registered with
-            ``decoupled=True`` (``ppo``, ``ce_gppo``); refused with BAPO's clip rule and the
+            ``decoupled=True`` (the per-token losses: ``ppo``, ``ce_gppo``, ``cispo``, ``sapo``,
+            ``dppo_tv``, ``dppo_kl``, ``dro``, ``gpg``); refused with BAPO's clip rule and the
             ``dcpo`` loss, which keep their own off-policy forms.
         behaviour_weight_cap: AReaL's ``behav_imp_weight_cap`` (> 1): tokens with
             ``pi_prox / pi_behav`` above it get weight 0; null: no filter.
@@ -543,6 +544,7 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
         )
     if cfg.ppo.decoupled.enabled:
         _check_decoupled(cfg)
+    _check_advantage_inputs(cfg)
     _warn_autocast(cfg)
     validate_log(cfg.log)
     validate_warm_start(cfg, check_envs=check_envs)
@@ -579,7 +581,7 @@ def _warn_autocast(cfg: TrainConfig) -> None:
 def _check_decoupled(cfg: TrainConfig) -> None:
     """``ppo.decoupled`` needs a loss that takes behaviour weights; BAPO and DCPO keep their
     own off-policy forms (ALGORITHMS.md section 7), so the combination is refused."""
-    from entropace.algos import get_policy_loss
+    from entropace.algos import POLICY_LOSSES, get_policy_loss
 
     a = cfg.algorithm
     if a.clip_rule == "bapo":
@@ -591,7 +593,24 @@ def _check_decoupled(cfg: TrainConfig) -> None:
         raise ConfigError(
             f"ppo.decoupled.enabled: algorithm.policy_loss {a.policy_loss!r} does not take "
             "behaviour importance weights (DCPO's bounds read the behaviour probability, GSPO's "
-            "ratio is a sequence's); use ppo or ce_gppo, or turn ppo.decoupled off"
+            "ratio is a sequence's); use one of "
+            f"{sorted(n for n, s in POLICY_LOSSES.items() if s.decoupled)}, or turn "
+            "ppo.decoupled off"
+        )
+
+
+def _check_advantage_inputs(cfg: TrainConfig) -> None:
+    """The trainer gives an estimator rewards, groups and the loss mask; ReMax's ``baselines``
+    (the reward of a greedy response per prompt) would need a greedy rollout it does not run."""
+    from entropace.algos import get_advantage
+
+    missing = [n for n in get_advantage(cfg.algorithm.advantage).needs if n != "mask"]
+    if missing:
+        raise ConfigError(
+            f"algorithm.advantage={cfg.algorithm.advantage!r} needs {missing} (ReMax: the reward "
+            "of a greedy response to each prompt), which entropace's trainer does not generate; "
+            "use it through entropace.algos with your own baselines, or in verl (adv_estimator="
+            "remax)"
         )
 
 

@@ -50,6 +50,7 @@ from torch import Tensor
 import entropace.algos as algos
 from entropace.control import TaskStep
 from entropace.rollout.batch import RolloutBatch
+from entropace.train.algorithms import advantage_config
 from entropace.train.config import TrainConfig
 from entropace.train.learner import (
     Learner,
@@ -90,7 +91,8 @@ def token_advantages(batch: RolloutBatch, cfg: TrainConfig) -> tuple[Tensor, Ten
     """Per-token advantages ``[B, L]`` (0 off the loss mask) and DAPO's keep mask ``[B]``.
 
     ``R_i`` (+ DAPO's soft overlong penalty on the response length when enabled) ->
-    estimator ``A_i`` -> ``A_i`` on each masked token -> optional task normalisation
+    estimator ``A_i`` -> ``A_i`` on each masked token (a per-token estimator such as
+    REINFORCE++ gives ``A_t`` itself) -> optional task normalisation
     (AgentRL 2510.04206). The keep mask is all True unless ``dynamic_sampling``
     (DAPO 2503.14476: drop groups whose rewards are all equal).
     """
@@ -101,13 +103,16 @@ def token_advantages(batch: RolloutBatch, cfg: TrainConfig) -> tuple[Tensor, Ten
         rewards = rewards + algos.overlong_penalty(
             lengths, max_len=a.overlong.max_len, cache_len=a.overlong.cache_len
         ).to(rewards.dtype)
-    adv = algos.get_advantage(a.advantage)(rewards, batch.group_ids)  # [B]
+    estimator = algos.get_advantage(a.advantage)
+    adv = estimator(
+        rewards, batch.group_ids, mask=batch.loss_mask, config=advantage_config(a)
+    )  # [B], or [B, L] (per-token estimators)
     keep = (
         algos.dynamic_sampling_mask(rewards, batch.group_ids)
         if a.dynamic_sampling
         else torch.ones_like(batch.group_ids, dtype=torch.bool)
     )
-    adv_tok = adv.float()[:, None] * batch.loss_mask  # [B, L]
+    adv_tok = (adv.float()[:, None] if adv.dim() == 1 else adv.float()) * batch.loss_mask
     if a.task_norm:
         adv_tok = algos.task_normalize_advantages(adv_tok, batch.loss_mask, batch.task_ids)
     return adv_tok, keep

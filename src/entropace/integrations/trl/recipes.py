@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from entropace.algos import get_policy_loss
+from entropace.algos.widths import RATIO_WIDTH, TrustWidth
 from entropace.control import PacerConfig, PolarityConfig
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,37 @@ UNSUPPORTED: dict[str, str] = {
         "generation batch"
     ),
 }
+_LOSS_WHY: dict[str, str] = {
+    "cispo": (
+        "CISPO clips the importance weight to [1 - eps_low, 1 + eps_high] and keeps every "
+        "token's gradient; TRL's loss_type='cispo' caps it at epsilon_high (an absolute cap) and "
+        "this integration's per-completion bounds feed TRL's PPO clamp only"
+    ),
+    "gmpo": "GMPO's geometric-mean sequence ratio with per-token log-ratio clipping is not a TRL "
+    "loss type",
+    "sapo": (
+        "EPPO's per-task temperatures would have to reach TRL's sapo gate; this integration "
+        "passes per-completion bounds to TRL's PPO clamp only (a fixed-temperature SAPO is TRL's "
+        "own GRPOConfig(loss_type='sapo'))"
+    ),
+    "dppo_tv": "DPPO's divergence mask (total variation of the sampled token) is not a TRL "
+    "loss type",
+    "dppo_kl": "DPPO's divergence mask (binary KL of the sampled token) is not a TRL loss type",
+    "dro": "DRO's quadratic log-ratio penalty is not a TRL loss type",
+    "gpg": "GPG's ratio-free REINFORCE loss and batch-rescaled advantages are not TRL's",
+}
+_ADVANTAGE_WHY = (
+    "advantages that TRL's GRPOTrainer does not compute (this integration replaces TRL's "
+    "group advantages with RLOO's only)"
+)
+UNSUPPORTED.update(
+    {name: why for name, why in _LOSS_WHY.items()}
+    | {f"eppo+{name}": why for name, why in _LOSS_WHY.items() if name != "gpg"}
+    | {
+        name: f"{name}: {_ADVANTAGE_WHY}"
+        for name in ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk")
+    }
+)
 
 _LOSS_TYPE: dict[str, str] = {
     "token-mean": "dapo",
@@ -113,6 +146,8 @@ class TRLRecipe:
         overlong: DAPO's soft overlong penalty ``(max_len, cache_len)`` added as a reward
             function, or None.
         notes: where the TRL run differs from entropace's own trainer (shown as warnings).
+        width: the policy loss's trust-region width (the pacer sets PPO's ratio bounds itself
+            and scales GSPO's own sequence bounds: ALGORITHMS.md section 3, "Widths").
     """
 
     name: str
@@ -122,6 +157,7 @@ class TRLRecipe:
     advantage: str | None = None
     overlong: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    width: TrustWidth = RATIO_WIDTH
 
     @property
     def needs_stats(self) -> bool:
@@ -229,6 +265,7 @@ def resolve_recipe(
             "is TRL's GRPOConfig(delta=...)"
         )
     eps_low, eps_high = _bounds(a)
+    width = get_policy_loss(a.policy_loss).width or RATIO_WIDTH
     mapped = {
         "loss_type": _LOSS_TYPE[a.agg],
         "scale_rewards": _SCALE_REWARDS[a.advantage],
@@ -252,7 +289,8 @@ def resolve_recipe(
 
         fields = dict(get_recipe(name).overrides.get("pacer", {}))
         recipe_pacer = _merge_controller("pacer", a.pacer, pacer, PacerConfig, fields)
-        mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0
+        if width.native:  # the pacer's own range; otherwise the loss's (GSPO's) own bounds
+            mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0
     elif pacer is not None:
         raise ValueError(f"algorithm {name!r} has no pacer; pacer= applies to the eppo recipes")
     if a.papo:
@@ -267,6 +305,7 @@ def resolve_recipe(
         advantage="rloo" if a.advantage == "rloo" else None,
         overlong=overlong,
         notes=tuple(notes),
+        width=width,
     )
 
 

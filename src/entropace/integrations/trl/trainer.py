@@ -171,7 +171,12 @@ class EntropaceGRPOTrainer(GRPOTrainer):
         self.entropace_step = TaskStep(
             self.task_names,
             clip_rule="pacer" if recipe.pacer is not None else "fixed",
-            clip=ClipSettings(eps_low=eps[0], eps_high=eps[1], pacer=recipe.pacer or PacerConfig()),
+            clip=ClipSettings(
+                eps_low=eps[0],
+                eps_high=eps[1],
+                pacer=recipe.pacer or PacerConfig(),
+                width=recipe.width,
+            ),
             polarity=recipe.polarity,
             recipe=recipe.name,
         )

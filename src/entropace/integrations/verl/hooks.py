@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from entropace.control import ClipSettings, TaskStep
-from entropace.integrations.verl.losses import BOUND_FIELDS, OPTIONS_FIELD
+from entropace.integrations.verl.losses import BOUND_FIELDS, OPTIONS_FIELD, VERL_LOSS_MODES
 
 __all__ = [
     "LOSS_RECIPES",
@@ -52,13 +52,7 @@ SENSITIVITY_FIELD = "entropace_sensitivity"
 SUCCESS_FIELD = "entropace_success"
 #: verl ``policy_loss.loss_mode`` -> the entropace recipe it runs (``entropace.algorithm``
 #: overrides it, e.g. ``eppo-notrend``).
-LOSS_RECIPES: dict[str, str] = {
-    "eppo": "eppo",
-    "papo": "papo",
-    "eppo_papo": "eppo+papo",
-    "dcpo": "dcpo",
-    "ce_gppo": "ce_gppo",
-}
+LOSS_RECIPES: dict[str, str] = {mode: spec.recipe for mode, spec in VERL_LOSS_MODES.items()}
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,9 @@ class HookSettings:
         recipe: the entropace algorithm recipe (``eppo``, ``papo``, ``eppo+papo``, ...).
         clip_rule: ``pacer`` (per-task bounds written to the batch) or ``fixed`` (verl's own).
         papo: reweight the advantages by entropy polarity.
-        clip: the rule's settings (``eps_low``/``eps_high`` = the actor's clip ratios).
+        clip: the rule's settings (``eps_low``/``eps_high`` = the widths verl's actor config
+            gives the loss: its clip ratios, SAPO's ``tau_neg`` / ``tau_pos``, DRO's
+            ``dro_beta``; the pacer's start for a width not native to it).
         polarity: PAPO controller config (used when ``papo``).
         loss_options: the policy loss's own options (validated), sent with the batch.
     """
@@ -97,7 +93,8 @@ def settings_from_config(config: Any) -> HookSettings:
     """Resolve :class:`HookSettings` from a verl trainer config (DictConfig or mapping).
 
     Reads ``actor_rollout_ref.actor.policy_loss.loss_mode`` (one of :data:`LOSS_RECIPES`),
-    ``actor_rollout_ref.actor.clip_ratio{,_low,_high}`` and the optional ``entropace`` section:
+    the loss's widths from the actor config (``clip_ratio{,_low,_high}``; SAPO's ``tau_neg`` /
+    ``tau_pos``; DRO's ``policy_loss.dro_beta``) and the optional ``entropace`` section:
     ``algorithm`` (a recipe name) and ``options`` (nested overrides of the recipe, e.g.
     ``{"pacer": {"alpha": 0.5}, "polarity": {"lam": 0.3}}``), validated by
     :func:`entropace.train.algorithms.algorithm_config`.
@@ -106,7 +103,7 @@ def settings_from_config(config: Any) -> HookSettings:
         ValueError: a loss_mode the entropace trainer does not drive, or a clip rule that needs
             the current policy every optimiser step (``bapo``: not available inside verl).
     """
-    from entropace.train.algorithms import algorithm_config
+    from entropace.train import algorithms
 
     actor = config["actor_rollout_ref"]["actor"]
     loss_mode = actor["policy_loss"]["loss_mode"]
@@ -117,14 +114,13 @@ def settings_from_config(config: Any) -> HookSettings:
             f"loss_mode in {sorted(LOSS_RECIPES)}; got {loss_mode!r}"
         )
     recipe = section.get("algorithm") or LOSS_RECIPES[loss_mode]
-    a = algorithm_config(recipe, dict(section.get("options") or {}))
-    from entropace.integrations.verl.losses import LOSS_NAMES
-
-    if a.policy_loss != LOSS_NAMES[loss_mode]:
+    a = algorithms.algorithm_config(recipe, dict(section.get("options") or {}))
+    mode = VERL_LOSS_MODES[loss_mode]
+    if a.policy_loss != mode.loss:
         raise ValueError(
             f"entropace.algorithm={recipe!r} trains with policy loss {a.policy_loss!r}, but "
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} runs "
-            f"{LOSS_NAMES[loss_mode]!r}; pick a matching loss_mode"
+            f"{mode.loss!r}; pick a matching loss_mode"
         )
     if a.clip_rule not in ("fixed", "pacer"):
         raise ValueError(
@@ -132,16 +128,11 @@ def settings_from_config(config: Any) -> HookSettings:
             "current policy at every optimiser step; the verl plug-in supports 'fixed' and "
             "'pacer'"
         )
-    clip = float(actor.get("clip_ratio", 0.2))
-    low = actor.get("clip_ratio_low", None)
-    high = actor.get("clip_ratio_high", None)
-    settings = ClipSettings(
-        eps_low=float(clip if low is None else low),
-        eps_high=float(clip if high is None else high),
-        pacer=a.pacer,
-        bapo=a.bapo,
-    )
-    if a.clip_rule == "pacer" and (settings.eps_low, settings.eps_high) != a.pacer.bounds0:
+    low, high = mode.widths(actor)
+    width = algorithms.clip_settings(a).width  # the loss's (the PPO family's if it has none)
+    settings = ClipSettings(eps_low=low, eps_high=high, pacer=a.pacer, bapo=a.bapo, width=width)
+    bounds = (settings.eps_low, settings.eps_high)
+    if a.clip_rule == "pacer" and width.native and bounds != a.pacer.bounds0:
         raise ValueError(
             f"entropace.algorithm={recipe!r} paces the clip range from pacer.eps0 / eps_high0 "
             f"{a.pacer.bounds0}, but actor_rollout_ref.actor.clip_ratio_low / clip_ratio_high "

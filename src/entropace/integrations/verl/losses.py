@@ -17,13 +17,24 @@ Registered names (``actor_rollout_ref.actor.policy_loss.loss_mode``):
   names differ in what the entropace trainer does before the update (pace the clip range, reweight
   the advantages, or both), not in the loss.
 - ``dcpo`` (arXiv 2509.02333) and ``ce_gppo`` (arXiv 2509.20712): verl 0.9.1 has neither.
+- ``eppo_cispo``, ``eppo_gmpo``, ``eppo_sapo``, ``eppo_dppo_tv``, ``eppo_dppo_kl``, ``eppo_dro``:
+  verl's ``cispo``, ``geo_mean``, ``sapo``, ``dppo_tv``, ``dppo_kl``, ``dro`` (entropace's
+  :mod:`entropace.algos.trust_region_losses` / :mod:`~entropace.algos.pg_losses`, equal to
+  verl's) with the widths EPPO's pacer sets per task (recipe ``eppo+<name>``).
 
-Bounds: when the batch carries per-token bounds (``entropace_eps_low`` / ``entropace_eps_high``,
-written by the entropace trainer, made current by :class:`EntropaceLossFn`), token ``t`` is
-clipped to ``[1 - eps_low_t, 1 + eps_high_t]``; otherwise every token gets
-``config.clip_ratio_low`` / ``config.clip_ratio_high`` (each falling back to
-``config.clip_ratio``), and ``eppo`` is exactly verl's ``vanilla`` loss. Dual clip:
-``config.clip_ratio_c``.
+Widths (:mod:`entropace.algos.widths`): when the batch carries per-token widths
+(``entropace_eps_low`` / ``entropace_eps_high``, written by the entropace trainer, made current
+by :class:`EntropaceLossFn`), token ``t`` gets them (the PPO family's clip range
+``[1 - eps_low_t, 1 + eps_high_t]``; GMPO's log-ratio bounds, DPPO's thresholds, SAPO's
+``(tau_neg, tau_pos)``, DRO's ``beta`` in their own units); otherwise every token gets verl's
+own: ``config.clip_ratio_low`` / ``config.clip_ratio_high`` (each falling back to
+``config.clip_ratio``), SAPO's ``config.tau_neg`` / ``config.tau_pos``, DRO's
+``config.policy_loss.dro_beta``, and each loss equals verl's (``eppo`` is exactly ``vanilla``).
+Dual clip (PPO family) and DPPO's importance-weight cap: ``config.clip_ratio_c`` (DPPO: read
+as verl does, ``config.get("clip_ratio_c", 20.0)``). SAPO and GMPO aggregate as verl fixes
+them: ``seq-mean-token-mean`` (verl's GMPO takes a plain mean over the micro-batch's rows,
+ignoring its global counts; ours divides by verl's ``global_batch_size``, so it is the same
+on one micro-batch without fully masked rows and invariant to micro-batching otherwise).
 
 Aggregation: every verl mode is a per-row-weighted sum of the token losses, so the loss is our
 loss with LOCAL counts (whose metrics are then local means, as verl's metric reduction expects)
@@ -31,8 +42,11 @@ times one scalar that turns the local normaliser into verl's global one (``dp_si
 ``batch_num_tokens``, ``global_batch_size``, ``loss_scale_factor``); see :func:`verl_agg_factor`.
 
 Rollout-correction weights ``w_t >= 0`` (verl multiplies the token losses by them) are folded into
-the advantages: each of these token losses is positively homogeneous in ``A``
-(``L(w A) = w L(A)`` for ``w >= 0``: the clip flags depend only on the sign of ``A``).
+the advantages where the token loss is positively homogeneous in ``A`` (``L(w A) = w L(A)`` for
+``w >= 0``: the clip flags depend only on the sign of ``A``): the PPO family, CISPO, SAPO, DPPO.
+DRO (whose penalty does not scale with ``A``) takes them as behaviour weights (``w_t L_t``,
+verl's product); GMPO refuses them (verl folds them into its sequence ratio by a geometric mean,
+a form of its own).
 """
 
 from __future__ import annotations
@@ -51,8 +65,10 @@ from entropace import algos
 __all__ = [
     "BOUND_FIELDS",
     "LOSS_NAMES",
+    "VERL_LOSS_MODES",
     "EntropaceLossFn",
     "TokenBounds",
+    "VerlLossMode",
     "current_bounds",
     "policy_loss",
     "register_losses",
@@ -65,14 +81,81 @@ BOUND_FIELDS: tuple[str, str] = ("entropace_eps_low", "entropace_eps_high")
 #: Non-tensor batch field with the loss's own options (``{"r_max": 10.0}`` for DCPO, ...).
 OPTIONS_FIELD = "entropace_loss_options"
 
+
+def _config_bounds(config: Any) -> tuple[float, float]:
+    clip = config.get("clip_ratio", 0.2)
+    low = config.get("clip_ratio_low", None)
+    high = config.get("clip_ratio_high", None)
+    return float(clip if low is None else low), float(clip if high is None else high)
+
+
+def _sapo_widths(config: Any) -> tuple[float, float]:
+    return float(config.get("tau_neg", 1.05)), float(config.get("tau_pos", 1.0))
+
+
+def _dro_widths(config: Any) -> tuple[float, float]:
+    policy_loss = config.get("policy_loss", None)
+    beta = None if policy_loss is None else policy_loss.get("dro_beta", None)
+    if beta is None or not float(beta) > 0:  # as verl
+        raise ValueError("policy_loss.dro_beta must be a positive value when using DRO")
+    return float(beta), float(beta)
+
+
+def _dual_clip(config: Any) -> dict[str, Any]:
+    return {"dual_clip": float(config.get("clip_ratio_c", 3.0))}
+
+
+def _ratio_cap(config: Any) -> dict[str, Any]:
+    return {"ratio_cap": float(config.get("clip_ratio_c", 20.0))}  # verl's dppo default
+
+
+def _no_options(config: Any) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class VerlLossMode:
+    """One entropace ``loss_mode`` in verl: which entropace loss and recipe it runs and how it
+    reads verl's actor config.
+
+    Attributes:
+        loss: the ``entropace.algos`` policy loss.
+        recipe: the recipe the entropace trainer runs for it (``entropace.algorithm`` may name
+            another with the same loss).
+        widths: ``config -> (low, high)``: the widths verl's config gives every token.
+        options: ``config -> {option: value}``: the loss options verl's config sets (they win
+            over the recipe's).
+        agg: the aggregation verl fixes for the loss (None: ``loss_agg_mode``).
+        weights: how rollout-correction weights enter: ``"fold"`` into the advantages,
+            ``"behaviour"`` (``w_t L_t``), ``"refuse"``.
+    """
+
+    loss: str
+    recipe: str
+    widths: Callable[[Any], tuple[float, float]] = _config_bounds
+    options: Callable[[Any], dict[str, Any]] = _no_options
+    agg: str | None = None
+    weights: str = "fold"
+
+
+#: verl loss_mode -> :class:`VerlLossMode` (the one table of the verl losses).
+VERL_LOSS_MODES: dict[str, VerlLossMode] = {
+    "eppo": VerlLossMode("ppo", "eppo", options=_dual_clip),
+    "papo": VerlLossMode("ppo", "papo", options=_dual_clip),
+    "eppo_papo": VerlLossMode("ppo", "eppo+papo", options=_dual_clip),
+    "dcpo": VerlLossMode("dcpo", "dcpo", options=_dual_clip),
+    "ce_gppo": VerlLossMode("ce_gppo", "ce_gppo", options=_dual_clip),
+    "eppo_cispo": VerlLossMode("cispo", "eppo+cispo"),
+    "eppo_gmpo": VerlLossMode("gmpo", "eppo+gmpo", agg="seq-mean-token-mean", weights="refuse"),
+    "eppo_sapo": VerlLossMode("sapo", "eppo+sapo", widths=_sapo_widths,
+                              agg="seq-mean-token-mean"),
+    "eppo_dppo_tv": VerlLossMode("dppo_tv", "eppo+dppo_tv", options=_ratio_cap),
+    "eppo_dppo_kl": VerlLossMode("dppo_kl", "eppo+dppo_kl", options=_ratio_cap),
+    "eppo_dro": VerlLossMode("dro", "eppo+dro", widths=_dro_widths, weights="behaviour"),
+}  # fmt: skip
+
 #: verl loss_mode -> entropace.algos policy loss.
-LOSS_NAMES: dict[str, str] = {
-    "eppo": "ppo",
-    "papo": "ppo",
-    "eppo_papo": "ppo",
-    "dcpo": "dcpo",
-    "ce_gppo": "ce_gppo",
-}
+LOSS_NAMES: dict[str, str] = {mode: spec.loss for mode, spec in VERL_LOSS_MODES.items()}
 
 
 @dataclass(frozen=True)
@@ -175,13 +258,6 @@ def verl_agg_factor(
     return agg, seq_norm, s.clamp_min(1.0) * dp / total_t.clamp_min(1e-30)
 
 
-def _config_bounds(config: Any) -> tuple[float, float]:
-    clip = config.get("clip_ratio", 0.2)
-    low = config.get("clip_ratio_low", None)
-    high = config.get("clip_ratio_high", None)
-    return float(clip if low is None else low), float(clip if high is None else high)
-
-
 def _check_bound(t: Tensor, ref: Tensor, name: str) -> Tensor:
     if tuple(t.shape) != tuple(ref.shape):
         raise ValueError(
@@ -196,17 +272,19 @@ def _local_metrics(
 ) -> dict[str, float]:
     """verl's ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` as local means.
 
-    From the loss's own flags (where its clip binds, whatever its bounds): ``pg_clipfrac`` is
-    ``clip_frac_low | clip_frac_high`` (verl: ``-A clip(r) > -A r``), ``pg_clipfrac_lower`` the
-    dual clip (verl: ``A < 0`` and the PPO term above ``-c A``), ``ppo_kl`` the mean of
-    ``log pi_old - log pi``.
+    From the loss's own flags (where its width binds, whatever its bounds): ``pg_clipfrac`` is
+    ``clip_frac_low | clip_frac_high`` (verl's PPO: ``-A clip(r) > -A r``; its CISPO: the weight
+    clipped; its DPPO: invalid tokens), ``pg_clipfrac_lower`` the dual clip (verl: ``A < 0`` and
+    the PPO term above ``-c A``) or DPPO's truncated weight, ``ppo_kl`` the mean of
+    ``log pi_old - log pi``. verl reports 0 for SAPO's and GMPO's counts its own way; ours are
+    the loss's flags (:mod:`entropace.algos.trust_region_losses`).
     """
     with torch.no_grad():
         m = mask.to(log_ratio.dtype)
         denom = m.sum().clamp_min(1.0)
         none = torch.zeros_like(mask, dtype=torch.bool)
         clipped = flags.get("clip_frac_low", none) | flags.get("clip_frac_high", none)
-        dual = flags.get("dual_clip_frac", none)
+        dual = flags.get("dual_clip_frac", none) | flags.get("truncated_frac", none)
         return {
             "actor/pg_clipfrac": float((clipped.to(m.dtype) * m).sum() / denom),
             "actor/ppo_kl": float((-log_ratio * m).sum() / denom),
@@ -226,6 +304,7 @@ def run_entropace_loss(
     agg: str,
     seq_norm: float | None,
     options: Mapping[str, Any],
+    behaviour_weights: Tensor | None = None,
 ) -> Any:
     """Call ``entropace.algos`` loss ``name`` (local counts) with its validated options."""
     spec = algos.get_policy_loss(name)
@@ -238,6 +317,7 @@ def run_entropace_loss(
         eps_high=eps_high,
         agg=agg,
         seq_norm=seq_norm,
+        behaviour_weights=behaviour_weights,
     )
     return spec(inputs, spec.make_config(dict(options)))
 
@@ -252,7 +332,7 @@ def policy_loss(
     config: Any = None,
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Any]]:
-    """The verl-facing loss ``name`` (a key of :data:`LOSS_NAMES`); see the module docstring.
+    """The verl-facing loss ``name`` (a key of :data:`VERL_LOSS_MODES`); see the module docstring.
 
     Returns:
         ``(loss, metrics)``: the 0-dim loss to back-propagate and float metrics (verl's names
@@ -262,13 +342,14 @@ def policy_loss(
     """
     if config is None:
         raise ValueError(f"policy loss {name!r}: verl passes the actor config; got None")
-    if name not in LOSS_NAMES:
-        raise KeyError(f"unknown entropace verl loss {name!r}; known: {sorted(LOSS_NAMES)}")
+    if name not in VERL_LOSS_MODES:
+        raise KeyError(f"unknown entropace verl loss {name!r}; known: {sorted(VERL_LOSS_MODES)}")
+    mode = VERL_LOSS_MODES[name]
     mask = response_mask.bool()
     current = current_bounds()
-    cfg_low, cfg_high = _config_bounds(config)
-    eps_low: float | Tensor = cfg_low
-    eps_high: float | Tensor = cfg_high
+    eps_low: float | Tensor
+    eps_high: float | Tensor
+    eps_low, eps_high = mode.widths(config)
     options: dict[str, Any] = {}
     if current is not None:
         if current.eps_low is not None:
@@ -276,12 +357,22 @@ def policy_loss(
         if current.eps_high is not None:
             eps_high = _check_bound(current.eps_high, log_prob, "entropace_eps_high")
         options = dict(current.options)
-    dual_clip = float(config.get("clip_ratio_c", 3.0))
-    adv = advantages if rollout_is_weights is None else advantages * rollout_is_weights
+    adv, weights = advantages, None
+    if rollout_is_weights is not None:
+        if mode.weights == "refuse":
+            raise ValueError(
+                f"policy loss {name!r} does not take verl's rollout-correction weights (verl's "
+                "geo_mean folds them into its sequence ratio by a geometric mean); turn "
+                "algorithm.rollout_correction off or use another loss_mode"
+            )
+        if mode.weights == "fold":
+            adv = advantages * rollout_is_weights
+        else:
+            weights = rollout_is_weights.to(log_prob.dtype) * mask
     info = getattr(config, "global_batch_info", None) or {}
-    agg, seq_norm, factor = verl_agg_factor(loss_agg_mode, mask, info)
+    agg, seq_norm, factor = verl_agg_factor(mode.agg or loss_agg_mode, mask, info)
     out = run_entropace_loss(
-        LOSS_NAMES[name],
+        mode.loss,
         log_prob,
         old_log_prob,
         adv,
@@ -290,7 +381,8 @@ def policy_loss(
         eps_high=eps_high,
         agg=agg,
         seq_norm=seq_norm,
-        options={"dual_clip": dual_clip, **options},
+        options={**options, **mode.options(config)},
+        behaviour_weights=weights,
     )
     loss = out.loss * factor.to(out.loss.dtype)
     log_ratio = torch.where(mask, log_prob.detach() - old_log_prob.detach(), 0.0).clamp(-20, 20)
@@ -336,12 +428,12 @@ def _make(name: str) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
 
 #: The registered functions, by verl loss_mode.
 VERL_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, Any]]]] = {
-    name: _make(name) for name in LOSS_NAMES
+    name: _make(name) for name in VERL_LOSS_MODES
 }
 
 
 def register_losses() -> list[str]:
-    """Register every loss of :data:`LOSS_NAMES` with verl; returns the names registered.
+    """Register every loss of :data:`VERL_LOSS_MODES` with verl; returns the names registered.
 
     A name verl already has (a future verl that ships its own ``dcpo``, say) is left to verl.
     """
