@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from entropace._files import atomic_write
 from entropace.report.runs import RunData
 from entropace.report.stats import t_quantile
 
@@ -97,5 +98,6 @@ def draw_band_figure(
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
     fig.tight_layout()
-    fig.savefig(out)
+    with atomic_write(out) as f:  # a symbolic link at ``out`` is replaced, never written through
+        fig.savefig(f, format="png")
     return True
