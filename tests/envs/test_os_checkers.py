@@ -23,6 +23,7 @@ from entropace.envs.os.supervisor import ansi_c_quote
 from entropace.envs.os.worktree import build_archive
 
 from .test_os_env import HAS_BWRAP
+from .test_os_hardening import _play_on as _play  # steps to the episode's end, no reset
 
 pytestmark = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed")
 
@@ -32,15 +33,6 @@ def session() -> Iterator[ShellSession]:
     s = ShellSession(Sandbox(SandboxLimits(timeout_s=2)), build_archive([]))
     yield s
     s.close()
-
-
-def _play(env: object, actions: list[str]) -> tuple[float, str]:
-    obs, reward = "", 0.0
-    for action in actions:
-        obs, reward, terminated, _, _ = env.step(action)  # type: ignore[attr-defined]
-        if terminated:
-            return reward, obs
-    raise AssertionError("the episode did not end")
 
 
 # ---------------------------------------------------------- item 1: a broken parser state

@@ -18,7 +18,11 @@
 
 Loading never runs code: ``.pt`` files are read with ``torch.load(weights_only=True)``, which
 unpickles only tensors and plain containers (numpy's array reconstruction is allow-listed for
-``rng.pt`` files written before the RNG states were stored as tensors).
+``rng.pt`` files written before the RNG states were stored as tensors). Loading never blocks
+either: every file is opened without following a symbolic link and only as a regular file
+(:mod:`entropace._files`: a FIFO or a device is refused, not waited on), and ``state.json``'s
+integers are range-checked, its ``step`` against the directory's name
+(:func:`check_state`).
 
 Writing goes to a temporary sibling directory; every file is fsynced, then the directory is
 renamed into place (atomic on POSIX) and the parent fsynced. A crash therefore leaves either
@@ -74,7 +78,10 @@ def clean_stale_temporaries(root: Path) -> list[Path]:
     ``root``; returns what was removed. Complete checkpoints are never touched."""
     if not root.is_dir():
         return []
-    stale = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(".tmp-")]
+    stale = [
+        p for p in root.iterdir()
+        if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink()
+    ]  # fmt: skip
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return stale

@@ -293,16 +293,15 @@ class ShellSession:
         """The sandbox's files ``paths`` as the host reads them
         (:func:`~entropace.envs.os.procs.read_file`: None for a missing or non-regular one).
         ``newer_than``: wait up to ``wait_s`` for each to exist and be modified after that
-        time (a process just started writes its first heartbeat within milliseconds)."""
+        time (a process just started writes its first heartbeat within milliseconds); None:
+        read once."""
         assert self.init_pid is not None
         deadline = time.monotonic() + wait_s
         while True:
             found = {p: procs.read_file(self.init_pid, p) for p in paths}
-            stale = [
-                p for p, f in found.items()
-                if f is None or (newer_than is not None and f.mtime < newer_than)
-            ]  # fmt: skip
-            if not stale or time.monotonic() >= deadline:
+            if newer_than is None or time.monotonic() >= deadline:
+                return found
+            if all(f is not None and f.mtime >= newer_than for f in found.values()):
                 return found
             time.sleep(0.01)
 

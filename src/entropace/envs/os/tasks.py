@@ -95,8 +95,9 @@ class Task:
         probe_fresh: commands run in a new shell at the end, after every process of the
             agent was stopped (``SystemState.fresh``).
         watch_files: sandbox paths (e.g. a heartbeat under ``/tmp``) the host reads while the
-            processes still run (``SystemState.files``), waiting up to 1 s for each to be
-            modified after the youngest process that holds a ``/work`` file open started.
+            processes still run (``SystemState.files``); when a process holds a ``/work``
+            file open (runs a script), the host waits up to 1 s for each to be modified
+            after the youngest such process started.
     """
 
     kind: str
