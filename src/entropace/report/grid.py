@@ -237,6 +237,10 @@ class _Child:
     started: float = field(default_factory=time.perf_counter)
 
 
+def _log_path(logs: Path, run: GridRun) -> Path:
+    return logs / f"{run.algo}-seed{run.seed}.log"
+
+
 def _thread_env(jobs: int) -> dict[str, str]:
     """The children's environment: each run gets ``cpus // jobs`` cores (``ENTROPACE_CPUS``),
     which the trainer splits between its processes by model size
@@ -263,7 +267,7 @@ def _run_subprocesses(
         while pending or running:
             while pending and len(running) < jobs:
                 run, state, outcome = pending.pop(0)
-                log = open_append(logs / f"{run.algo}-seed{run.seed}.log")
+                log = open_append(_log_path(logs, run))  # a planted link there is refused
                 # own session: a terminal's Ctrl-C reaches only this process, which then
                 # sends each child one SIGTERM (a second signal would abort its checkpoint)
                 proc = subprocess.Popen(
@@ -277,7 +281,7 @@ def _run_subprocesses(
                 child.log.close()
                 child.outcome.seconds = time.perf_counter() - child.started
                 if child.proc.returncode != 0:
-                    log_path = logs / Path(child.log.name).name
+                    log_path = _log_path(logs, child.run)
                     last = _last_line(log_path)
                     child.outcome.status = "failed"
                     child.outcome.error = (
