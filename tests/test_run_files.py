@@ -151,6 +151,16 @@ def test_numbers_of_state_json_are_range_checked(
     assert read_metrics(run) == rows  # nothing trained, nothing logged
 
 
+@pytest.mark.parametrize("last", [-1, "x", 10**30])
+def test_steps_of_trackers_json_are_range_checked(
+    run: Path, capsys: pytest.CaptureFixture[str], last: object
+) -> None:
+    (run / "trackers.json").write_text(json.dumps({"tensorboard": {"last_step": last}}))
+    assert _resume(run) == 2
+    line = _one_error(capsys, "train")
+    assert "trackers.json: tensorboard.last_step must be an integer in [0, 2147483647]" in line
+
+
 # ------------------------------------- items 6 and 7: damaged checkpoints, FIFOs: one line
 
 

@@ -204,6 +204,13 @@ def _read_state(path: Path) -> dict[str, dict[str, Any]]:
         raise TrackerError(f"{path}: not a trackers state file ({reason(exc)})") from exc
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise TrackerError(f"{path}: expected an object of tracker states")
+    for name, state in data.items():
+        last = state.get("last_step", 0)
+        if isinstance(last, bool) or not isinstance(last, int) or not 0 <= last < 2**31:
+            raise TrackerError(
+                f"{path}: {name}.last_step must be an integer in [0, 2147483647], got "
+                f"{str(last)[:40]}"
+            )
     return data
 
 
