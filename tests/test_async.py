@@ -358,6 +358,30 @@ def test_in_flight_batches_round_trip_exactly() -> None:
     assert back.result.batch.episodes == result.batch.episodes
     assert back.result.task_counts == result.task_counts
 
+    # issue 29: a stored batch's numbers are checked on resume (a planted or damaged
+    # rollouts.pt failed mid-run, or fed other steps' batches to the learner)
+    from entropace.train.checkpoint import CheckpointError
+    from entropace.train.pipeline import restored_outputs
+
+    def stored(step: int, version: int, versions: torch.Tensor) -> dict:
+        result.batch.policy_version = versions
+        return output_state(RolloutOutput(step, version, result, 1.0, 2.0, None))
+
+    n = result.batch.size
+    good = [stored(5, 3, torch.full((n,), 3)), stored(6, 3, torch.full((n,), 3))]
+    assert [o.step for o in restored_outputs(good, 4, Path("rollouts.pt"))] == [5, 6]
+    bad = {
+        "batch 0 is step 6 of version 3": [good[1]],
+        "batch 1 is step 5 of version 3": [good[0], good[0]],
+        "batch 0 is step 5 of version 4": [stored(5, 4, torch.full((n,), 4))],
+        "batch 0 is step 5 of version -1": [stored(5, -1, torch.full((n,), -1))],
+        r"batch 0's policy_version is outside \[0, 3\]": [stored(5, 3, torch.full((n,), 9))],
+        "not the in-flight batches of a run": [{"step": 5}],
+    }
+    for says, states in bad.items():
+        with pytest.raises(CheckpointError, match=f"rollouts.pt: {says}"):
+            restored_outputs(states, 4, Path("rollouts.pt"))
+
 
 # ---------------------------------------------------------------------------------------------
 # Config, threads
