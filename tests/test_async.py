@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -357,6 +358,30 @@ def test_in_flight_batches_round_trip_exactly() -> None:
     assert back.result.batch.episodes == result.batch.episodes
     assert back.result.task_counts == result.task_counts
 
+    # issue 29: a stored batch's numbers are checked on resume (a planted or damaged
+    # rollouts.pt failed mid-run, or fed other steps' batches to the learner)
+    from entropace.train.checkpoint import CheckpointError
+    from entropace.train.pipeline import restored_outputs
+
+    def stored(step: int, version: int, versions: torch.Tensor) -> dict:
+        result.batch.policy_version = versions
+        return output_state(RolloutOutput(step, version, result, 1.0, 2.0, None))
+
+    n = result.batch.size
+    good = [stored(5, 3, torch.full((n,), 3)), stored(6, 3, torch.full((n,), 3))]
+    assert [o.step for o in restored_outputs(good, 4, Path("rollouts.pt"))] == [5, 6]
+    bad = {
+        "batch 0 is step 6 of version 3": [good[1]],
+        "batch 1 is step 5 of version 3": [good[0], good[0]],
+        "batch 0 is step 5 of version 4": [stored(5, 4, torch.full((n,), 4))],
+        "batch 0 is step 5 of version -1": [stored(5, -1, torch.full((n,), -1))],
+        r"batch 0's policy_version is outside \[0, 3\]": [stored(5, 3, torch.full((n,), 9))],
+        "not the in-flight batches of a run": [{"step": 5}],
+    }
+    for says, states in bad.items():
+        with pytest.raises(CheckpointError, match=f"rollouts.pt: {says}"):
+            restored_outputs(states, 4, Path("rollouts.pt"))
+
 
 # ---------------------------------------------------------------------------------------------
 # Config, threads
@@ -456,12 +481,47 @@ def test_an_exception_in_the_learner_leaves_no_process(tmp_path, monkeypatch) ->
 
 
 @pytest.mark.slow  # one more worker process (~10-45 s on 2 loaded cores)
-def test_a_worker_that_dies_is_named(tmp_path) -> None:
+def test_a_worker_that_dies_is_named(tmp_path, capsys) -> None:
+    # issue 29 item 9: the CLI printed the raw RolloutWorkerError traceback and exited 1
+    from entropace.cli import main
+
     before = {p.pid for p in children()}
-    cfg = load_config(None, [*LETTER, "tasks=crash", "steps=4"])
-    with pytest.raises(RolloutWorkerError, match=r"died with exit code -9"):
-        train(cfg, tmp_path / "run")
+    (tmp_path / "none.yaml").write_text("{}\n")
+    run = tmp_path / "run"
+    args = ["--preset", str(tmp_path / "none.yaml"), *LETTER, "tasks=crash", "steps=4"]
+    assert main(["train", *args, "--run-dir", str(run), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"entropace train: error: the rollout worker process \(pid \d+\) died with exit code "
+        rf"-9 \(signal 9\); killed, out of memory\?; the checkpoints are kept: continue with "
+        rf"entropace train --resume {re.escape(str(run))}",
+        last,
+    ), last
     assert {p.pid for p in children()} - before == set()
+
+
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0,
+    reason="no unprivileged mount namespaces (unshare -rm) here",
+)
+def test_a_full_dev_shm_names_the_remedy(tmp_path) -> None:
+    # issue 29 item 10: a raw torch traceback ("unable to allocate shared memory(shm)"), exit 1;
+    # a private mount namespace with a 64 KiB /dev/shm, the host's untouched
+    src = Path(__file__).resolve().parents[1] / "src"
+    train_cmd = [sys.executable, "-m", "entropace.cli", "train", "--preset", "lab2", "steps=1",
+                 "rollout.mode=async", "eval.every=0", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$@"',
+         "sh", *train_cmd],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("entropace train: error: rollout.mode=async needs "), last
+    assert "of shared memory in /dev/shm" in last and "train with rollout.mode=sync" in last
 
 
 @pytest.mark.slow  # one more worker process (~10-30 s on 2 loaded cores)

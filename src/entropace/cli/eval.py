@@ -33,6 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from entropace.train.checkpoint import CheckpointError
     from entropace.train.config import ConfigError
     from entropace.train.evaluation import evaluate, format_table
 
@@ -42,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
             args.run, tasks=tasks, n=args.n, split=args.split, checkpoint=args.checkpoint,
             do_sample=args.sample, batch_size=args.batch_size, seed=args.seed,
         )  # fmt: skip
-    except (ConfigError, FileNotFoundError, KeyError, ValueError) as err:
-        print(f"entropace eval: error: {err}", file=sys.stderr)
+    except (ConfigError, CheckpointError, OSError, KeyError, ValueError) as err:
+        # a damaged checkpoint file (named, with the reason), a run file that is a FIFO, a
+        # device or a symbolic link (refused, never waited on), a missing checkpoint
+        print(f"entropace eval: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     mode = "sampled" if args.sample else "greedy"
     splits = ", ".join(result["splits"])

@@ -34,15 +34,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from entropace._files import make_dir
     from entropace.report import write_report
 
     out = args.out
-    if out is None:
-        out = args.runs[0] / "report" if len(args.runs) == 1 else Path("report")
     ema = args.crossover_ema if args.crossover_ema else None
     try:
-        summary = write_report(args.runs, out, crossover_ema=ema)
-    except (FileNotFoundError, ValueError, ImportError) as err:
+        if out is None and len(args.runs) == 1:  # RUN/report: refused if a symbolic link
+            out = make_dir(args.runs[0] / "report")
+        summary = write_report(args.runs, out or Path("report"), crossover_ema=ema)
+    except (OSError, ValueError, ImportError) as err:
+        # a missing or malformed metrics.jsonl (file and line named), one that is not a
+        # regular file (refused, never waited on)
         print(f"entropace report: error: {err}", file=sys.stderr)
         return 2
     print(f"report written to {summary.parent} ({summary.name}, summary.html, figures)")

@@ -50,7 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from entropace.train.checkpoint import CheckpointError
+    from entropace.rollout.worker import RolloutWorkerError
+    from entropace.train.checkpoint import CheckpointError, latest_checkpoint
     from entropace.train.config import ConfigError, load_config, load_config_file
     from entropace.train.demos import DemoError
     from entropace.train.sft import SFTError
@@ -88,14 +89,23 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = train(cfg, run_dir, resume=args.resume is not None, overwrite=args.overwrite)
+    except RolloutWorkerError as err:  # the async worker died or failed, or no /dev/shm room
+        if err.worker_traceback:  # its own exception: the traceback is the diagnosis
+            print(err.worker_traceback.rstrip(), file=sys.stderr)
+        line = str(err).splitlines()[0]
+        if latest_checkpoint(run_dir / "checkpoints") is not None:
+            line += f"; the checkpoints are kept: continue with entropace train --resume {run_dir}"
+        print(f"entropace train: error: {line}", file=sys.stderr)
+        return 2
     except (
         OSError, ImportError, CheckpointError, ConfigError, TrackerError, WarmStartError,
         DemoError, SFTError,
     ) as err:
         # OSError: a missing checkpoint, a run directory that holds another run or cannot be
-        # written; ConfigError: e.g. a device this machine lacks; TrackerError: a tracker of
-        # log.trackers that did not start (before the first rollout); WarmStartError /
-        # DemoError / SFTError: the warm start could not be built (before the first rollout)
+        # written, a run file that is not a regular file; ConfigError: e.g. a device this
+        # machine lacks; TrackerError: a tracker of log.trackers that did not start (before
+        # the first rollout); WarmStartError / DemoError / SFTError: the warm start could not
+        # be built (before the first rollout)
         print(f"entropace train: error: {err}", file=sys.stderr)
         return 2
     if result.stopped_by:
@@ -122,6 +132,8 @@ def write_report(run_dir: Path) -> Path | None:
     except ImportError as err:
         print(f"no report: {err} (pip install 'entropace[train]')", file=sys.stderr)
         return None
-    summary = _write([run_dir], run_dir / "report")
+    from entropace._files import make_dir
+
+    summary = _write([run_dir], make_dir(run_dir / "report"))  # RUN/report: not a symlink
     print(f"report: {summary}", file=sys.stderr)
     return summary

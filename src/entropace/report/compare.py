@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from entropace._files import read_text, write_atomic
 from entropace.report.compare_plots import draw_band_figure, draw_half_life_figure
 from entropace.report.grid import GRID_FILE
 from entropace.report.measures import measure_blocks, measure_run, resolve_options
@@ -139,9 +140,22 @@ def discover_grid(root: Path) -> dict[str, dict[int, Path]]:
     order: list[str] = []
     manifest = root / GRID_FILE
     if manifest.is_file():
-        order = [a for a in json.loads(manifest.read_text()).get("algorithms", []) if a in found]
+        order = [a for a in _manifest_algorithms(manifest) if a in found]
     order += sorted(a for a in found if a not in order)
     return {a: dict(sorted(found[a].items())) for a in order}
+
+
+def _manifest_algorithms(path: Path) -> list[str]:
+    """The ``algorithms`` list of a grid's ``grid.json`` (a ``ValueError`` naming the file
+    when it is not one)."""
+    try:
+        data = json.loads(read_text(path, limit=16 << 20))
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: not a grid manifest ({str(exc)[:200]})") from None
+    algos = data.get("algorithms", []) if isinstance(data, dict) else None
+    if not isinstance(algos, list) or not all(isinstance(a, str) for a in algos):
+        raise ValueError(f"{path}: 'algorithms' must be a list of names")
+    return algos
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -373,9 +387,8 @@ def write_compare(
         blocks.append(("h", 2, "Notes"))
         blocks.append(("ul", notes))
 
-    md = out / "compare.md"
-    md.write_text(_markdown(blocks), encoding="utf-8")
-    (out / "compare.html").write_text(_html(blocks, "entropace compare"), encoding="utf-8")
+    md = write_atomic(out / "compare.md", _markdown(blocks))
+    write_atomic(out / "compare.html", _html(blocks, "entropace compare"))
     machine = {
         "root": str(root),
         "level": level,
@@ -395,5 +408,5 @@ def write_compare(
         "figures": figures,
         "notes": notes,
     }
-    (out / "compare.json").write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
+    write_atomic(out / "compare.json", json.dumps(machine, indent=2) + "\n")
     return md

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from entropace._files import atomic_write
 from entropace.report.runs import RunData
 from entropace.report.stats import mean_ci, t_quantile
 
@@ -101,7 +102,8 @@ def draw_band_figure(
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
     fig.tight_layout()
-    fig.savefig(out)
+    with atomic_write(out) as f:  # a symbolic link at ``out`` is replaced, never written through
+        fig.savefig(f, format="png")
     return True
 
 
@@ -174,5 +176,6 @@ def draw_half_life_figure(
     for ax in (ax_hl, ax_gap):
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(out)
+    with atomic_write(out) as f:  # a symbolic link at ``out`` is replaced, never written through
+        fig.savefig(f, format="png")
     return True

@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from entropace._files import open_append, read_bytes, read_text, write_atomic
+from entropace.report.runs import MAX_STEP
+
 __all__ = [
     "GRID_FILE",
     "check_grid_dir",
@@ -93,12 +96,12 @@ def _last_logged_step(run_dir: Path) -> int | None:
     if not path.is_file():
         return None
     last = None
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         try:
             step = json.loads(line).get("step") if line.strip() else None
-        except (json.JSONDecodeError, AttributeError):
+        except (ValueError, RecursionError, AttributeError):
             continue
-        if isinstance(step, int) and not isinstance(step, bool):
+        if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_STEP:
             last = step if last is None else max(last, step)
     return last
 
@@ -194,8 +197,7 @@ def write_manifest(
         "overrides": list(overrides),
         "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 _ACTION = {"partial": "resumed", "stale": "restarted", "fresh": "started", "done": "skipped"}
@@ -235,6 +237,10 @@ class _Child:
     started: float = field(default_factory=time.perf_counter)
 
 
+def _log_path(logs: Path, run: GridRun) -> Path:
+    return logs / f"{run.algo}-seed{run.seed}.log"
+
+
 def _thread_env(jobs: int) -> dict[str, str]:
     """The children's environment: each run gets ``cpus // jobs`` cores (``ENTROPACE_CPUS``),
     which the trainer splits between its processes by model size
@@ -261,7 +267,7 @@ def _run_subprocesses(
         while pending or running:
             while pending and len(running) < jobs:
                 run, state, outcome = pending.pop(0)
-                log = (logs / f"{run.algo}-seed{run.seed}.log").open("a", encoding="utf-8")
+                log = open_append(_log_path(logs, run))  # a planted link there is refused
                 # own session: a terminal's Ctrl-C reaches only this process, which then
                 # sends each child one SIGTERM (a second signal would abort its checkpoint)
                 proc = subprocess.Popen(
@@ -275,7 +281,7 @@ def _run_subprocesses(
                 child.log.close()
                 child.outcome.seconds = time.perf_counter() - child.started
                 if child.proc.returncode != 0:
-                    log_path = logs / Path(child.log.name).name
+                    log_path = _log_path(logs, child.run)
                     last = _last_line(log_path)
                     child.outcome.status = "failed"
                     child.outcome.error = (
@@ -305,7 +311,8 @@ def _run_subprocesses(
 def _last_line(path: Path) -> str:
     """The last non-empty line of a child's log (its error, e.g. a locked run directory)."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        data = read_bytes(path, limit=None)
+        lines = data.decode("utf-8", errors="replace").splitlines()
     except OSError:
         return ""
     return next((line.strip() for line in reversed(lines) if line.strip()), "")[:500]
@@ -331,8 +338,8 @@ def config_drift(run: GridRun) -> list[str]:
 
     path = run.run_dir / "config.yaml"
     try:
-        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        saved = yaml.safe_load(read_text(path, limit=16 << 20))
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):
         return [f"{path} is missing or unreadable"]
     if not isinstance(saved, dict):
         return [f"{path} is not a mapping"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from entropace._files import atomic_write
 from entropace.diagnostics import ema_smooth
 from entropace.report.runs import RunData, Series
 
@@ -323,7 +324,8 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
 
 def draw_figure(spec: FigureSpec, runs: Sequence[RunData], out: Path) -> Path:
     """Draw ``spec`` with one column per run into ``out`` (PNG)."""
-    render_figure(spec, runs).savefig(out)
+    with atomic_write(out) as f:  # a symbolic link at ``out`` is replaced, never written through
+        render_figure(spec, runs).savefig(f, format="png")
     return out
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from entropace._files import read_text
 
 __all__ = ["METRICS_FILE", "RunData", "Series", "load_run"]
 
@@ -70,42 +73,68 @@ def _is_number(v: object) -> bool:
     return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
 
 
+#: The largest ``"step"`` read (every step is exact as a float64 up to 2**53).
+MAX_STEP = 2**53
+
+
+def _value(v: int | float | None) -> float:
+    """A logged number as float64: NaN for ``null``, and for a value outside float64 (an
+    integer past ~1.8e308; ``Infinity``, which the trainer never writes: it logs ``null``)."""
+    if v is None:
+        return math.nan
+    try:
+        x = float(v)
+    except OverflowError:
+        return math.nan
+    return x if math.isfinite(x) else math.nan
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Parse ``run_dir/metrics.jsonl``.
 
     Rules: blank lines are skipped; a record without ``"step"`` gets its 1-based line order; a
     step logged twice (a resumed run) keeps its last record; non-numeric values are skipped and
-    listed in ``notes``; an undecodable *last* line (a run killed mid-write) is skipped with a
-    note, an undecodable earlier line is an error.
+    listed in ``notes``; a number outside float64 or non-finite is read as NaN and listed in
+    ``notes``; an undecodable *last* line (a run killed mid-write) is skipped with a note, an
+    undecodable earlier line is an error.
 
     Raises:
         FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
-        ValueError: a malformed line (with its line number), or a line that is not an object.
+        ValueError: a malformed line (with its line number: not JSON, nested too deeply, not
+            an object, a ``"step"`` that is not an integer in ``[0, 2**53]``), or a file that
+            is not UTF-8.
+        OSError: ``metrics.jsonl`` is not a regular file (a FIFO, a device, a symbolic link:
+            :class:`entropace._files.UnsafeFileError`, never waited on).
     """
     run_dir = Path(run_dir)
     path = run_dir / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path}: no such file (is {run_dir} an entropace run directory?)")
     notes: list[str] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path).splitlines()
     numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
     by_step: dict[int, dict[str, float]] = {}
     skipped: set[str] = set()
+    nan_read: set[str] = set()
     for order, (lineno, line) in enumerate(numbered, start=1):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
             if order == len(numbered):
                 notes.append(f"{path.name}: last line {lineno} is truncated and was skipped")
                 continue
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            why = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+            if isinstance(err, RecursionError):
+                why = "nested too deeply"
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({why[:200]})") from None
         if not isinstance(record, dict):
             raise ValueError(
                 f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}"
             )
         step = record.get("step", order)
-        if not isinstance(step, int) or isinstance(step, bool):
-            raise ValueError(f"{path}:{lineno}: 'step' must be an int, got {step!r}")
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+            shown = repr(step) if len(repr(step)) <= 40 else repr(step)[:40] + "..."
+            raise ValueError(f"{path}:{lineno}: 'step' must be an int in [0, 2**53], got {shown}")
         if step in by_step:
             notes.append(f"step {step} is logged more than once; the last record is used")
         values: dict[str, float] = {}
@@ -115,10 +144,16 @@ def load_run(run_dir: str | Path) -> RunData:
             if not _is_number(v):
                 skipped.add(key)
                 continue
-            values[key] = math.nan if v is None else float(v)
+            values[key] = _value(v)
+            if v is not None and math.isnan(values[key]):
+                nan_read.add(key)
         by_step[step] = values
     if skipped:
         notes.append("non-numeric keys skipped: " + ", ".join(sorted(skipped)))
+    if nan_read:
+        notes.append(
+            "values outside float64 or not finite, read as NaN: " + ", ".join(sorted(nan_read))
+        )
 
     collected: dict[str, tuple[list[int], list[float]]] = {}
     for step in sorted(by_step):

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from entropace._files import write_atomic
 from entropace.diagnostics import (
     crossover_events,
     ema_smooth,
@@ -368,9 +369,8 @@ def write_report(
         blocks.append(("h", 2, "Notes"))
         blocks.append(("ul", notes))
 
-    summary = out / "summary.md"
-    summary.write_text(_markdown(blocks), encoding="utf-8")
-    (out / "summary.html").write_text(_html(blocks, "entropace report"), encoding="utf-8")
+    summary = write_atomic(out / "summary.md", _markdown(blocks))
+    write_atomic(out / "summary.html", _html(blocks, "entropace report"))
     machine = {
         "crossover_ema": crossover_ema,
         "runs": {
@@ -387,5 +387,5 @@ def write_report(
         "figures": written,
         "notes": notes,
     }
-    (out / "summary.json").write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
+    write_atomic(out / "summary.json", json.dumps(machine, indent=2) + "\n")
     return summary

@@ -28,6 +28,7 @@ back to the trainer as :class:`RolloutWorkerError` naming it, with the worker's 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import io
 import os
@@ -51,7 +52,16 @@ from entropace.rollout.types import RolloutRequest, RolloutResult
 
 
 class RolloutWorkerError(RuntimeError):
-    """The rollout worker failed (its exception, named, with its traceback) or died."""
+    """The rollout worker failed (its exception, named, with its traceback) or died, or its
+    process could not be set up (no room in ``/dev/shm``).
+
+    Attributes:
+        worker_traceback: the worker's own traceback when it raised ("" otherwise).
+    """
+
+    def __init__(self, message: str, worker_traceback: str = "") -> None:
+        super().__init__(message)
+        self.worker_traceback = worker_traceback
 
 
 @dataclass
@@ -296,6 +306,23 @@ def _serve(
     outputs.join_thread()
 
 
+def _shm_error(exc: BaseException, need: int) -> BaseException:
+    """The error for a failure to set up the worker's shared memory: a
+    :class:`RolloutWorkerError` naming ``/dev/shm`` and the remedies when ``exc`` is a full or
+    missing ``/dev/shm`` (torch: "unable to allocate shared memory(shm) ... No space left on
+    device"; a queue's semaphore: ``ENOSPC``), else ``exc`` itself."""
+    text = str(exc)
+    shm = "shared memory" in text or "shm" in text or getattr(exc, "errno", None) == errno.ENOSPC
+    if not shm:
+        return exc
+    return RolloutWorkerError(
+        f"rollout.mode=async needs {need / 2**20:.1f} MiB of shared memory in /dev/shm for the "
+        f"policy's weights, and it could not be had ({text.splitlines()[0][:200]}); free "
+        "space in /dev/shm (see `df -h /dev/shm`; a container's is often 64 MiB: e.g. "
+        "docker run --shm-size=2g), or train with rollout.mode=sync"
+    )
+
+
 class ProcessRollouts:
     """A worker in its own spawned process (``rollout.mode: async``; module docstring).
 
@@ -325,19 +352,23 @@ class ProcessRollouts:
         poll_s: float = 0.5,
     ) -> None:
         ctx = torch.multiprocessing.get_context("spawn")
-        self._slots = [
-            {
-                n: torch.empty_like(t.detach(), device="cpu").share_memory_()
-                for n, t in weights.items()
-            }
-            for _ in range(max(1, slots))
-        ]
+        try:
+            self._slots = [
+                {
+                    n: torch.empty_like(t.detach(), device="cpu").share_memory_()
+                    for n, t in weights.items()
+                }
+                for _ in range(max(1, slots))
+            ]
+            self._commands = ctx.Queue()  # its semaphores are /dev/shm files too
+            self._outputs = ctx.Queue()
+        except (RuntimeError, OSError) as exc:
+            need = max(1, slots) * sum(t.numel() * t.element_size() for t in weights.values())
+            raise _shm_error(exc, need) from exc
         self._slot_version: list[int | None] = [None] * len(self._slots)
         self._loaded = -1
         self._ready: deque[RolloutOutput] = deque()
         self._poll_s = poll_s
-        self._commands = ctx.Queue()
-        self._outputs = ctx.Queue()
         self.process = ctx.Process(
             target=_serve,
             args=(make_worker, self._slots, self._commands, self._outputs, threads, list(imports)),
@@ -429,7 +460,8 @@ class ProcessRollouts:
             _, name, text, trace = message
             self.process.join(timeout=5)
             raise RolloutWorkerError(
-                f"the rollout worker failed: {name}: {text}\n--- worker traceback ---\n{trace}"
+                f"the rollout worker failed: {name}: {text}\n--- worker traceback ---\n{trace}",
+                trace,
             )
         else:  # pragma: no cover - a protocol bug
             raise RolloutWorkerError(f"unexpected message from the rollout worker: {kind!r}")

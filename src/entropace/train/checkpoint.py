@@ -18,7 +18,11 @@
 
 Loading never runs code: ``.pt`` files are read with ``torch.load(weights_only=True)``, which
 unpickles only tensors and plain containers (numpy's array reconstruction is allow-listed for
-``rng.pt`` files written before the RNG states were stored as tensors).
+``rng.pt`` files written before the RNG states were stored as tensors). Loading never blocks
+either: every file is opened without following a symbolic link and only as a regular file
+(:mod:`entropace._files`: a FIFO or a device is refused, not waited on), and ``state.json``'s
+integers are range-checked, its ``step`` against the directory's name
+(:func:`check_state`).
 
 Writing goes to a temporary sibling directory; every file is fsynced, then the directory is
 renamed into place (atomic on POSIX) and the parent fsynced. A crash therefore leaves either
@@ -33,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,8 +47,22 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from entropace._files import UnsafeFileError, make_dir, open_read, read_text, regular_path
+from entropace.train.config import MAX_STEPS
+from entropace.train.schema import Range
+
 PREFIX = "step_"
 OPTIM_FILE = "optim.pt"
+#: A checkpoint directory's name: ``step_`` and the step, zero-padded to 8 digits.
+NAME = re.compile(r"step_([0-9]{8,9})")
+#: The integers of ``state.json`` and their ranges (each checked when present).
+STATE_RANGES: dict[str, Range] = {
+    "step": Range(0, MAX_STEPS),
+    "scheduler_steps": Range(0, 2**31 - 1),
+    "skipped_steps": Range(0, MAX_STEPS),
+}
+#: The largest ``state.json`` loaded (it holds the config and the controllers' state).
+STATE_BYTES = 256 << 20
 
 
 class NonFiniteCheckpointError(RuntimeError):
@@ -59,7 +78,10 @@ def clean_stale_temporaries(root: Path) -> list[Path]:
     ``root``; returns what was removed. Complete checkpoints are never touched."""
     if not root.is_dir():
         return []
-    stale = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(".tmp-")]
+    stale = [
+        p for p in root.iterdir()
+        if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink()
+    ]  # fmt: skip
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return stale
@@ -78,14 +100,14 @@ def checkpoint_name(step: int) -> str:
 
 
 def list_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first."""
+    """Complete checkpoints under ``root``, oldest first (directories named ``step_`` and 8
+    or 9 digits that hold a ``state.json``; anything else there is ignored)."""
     if not root.is_dir():
         return []
     found = [
-        p
-        for p in root.iterdir()
-        if p.is_dir() and p.name.startswith(PREFIX) and (p / "state.json").exists()
-    ]
+        p for p in root.iterdir()
+        if NAME.fullmatch(p.name) and p.is_dir() and (p / "state.json").exists()
+    ]  # fmt: skip
     return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
 
 
@@ -120,8 +142,8 @@ def _load_pt(path: Path) -> Any:
     """``torch.load`` that never runs code (weights only; numpy arrays of older ``rng.pt``)."""
     safe = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
     reconstruct = getattr(np, "_core", np.core).multiarray._reconstruct
-    with torch.serialization.safe_globals([reconstruct, *safe]):
-        return torch.load(path, weights_only=True)
+    with torch.serialization.safe_globals([reconstruct, *safe]), open_read(path) as f:
+        return torch.load(f, weights_only=True)
 
 
 def _is_peft(model: torch.nn.Module) -> bool:
@@ -175,9 +197,11 @@ def save_checkpoint(
         raise NonFiniteCheckpointError(
             f"not checkpointing step {step}: non-finite weights in {bad[:5]}"
         )
-    root.mkdir(parents=True, exist_ok=True)
+    make_dir(root)  # refused if RUN/checkpoints is a symbolic link
     final = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
+    if tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     if _is_peft(model):
@@ -219,19 +243,18 @@ def load_checkpoint(
     """Load weights (and optimiser, RNG) from ``path``; return ``state.json`` (with
     ``scheduler_steps`` taken from an older checkpoint's saved scheduler if it lacks it)."""
     st = _safetensors()
-    if not (path / "state.json").exists():
+    if not os.path.lexists(path / "state.json"):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
     with _explained(path / "state.json", "is not a valid state file"):
-        state = json.loads((path / "state.json").read_text())
-        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-            raise ValueError("expected a JSON object with an integer 'step'")
-    with _explained(path / "model.safetensors", "does not hold this model's weights"):
+        state = check_state(json.loads(read_text(path / "state.json", limit=STATE_BYTES)), path)
+    weights = path / "model.safetensors"
+    with _explained(weights, "does not hold this model's weights"), regular_path(weights) as fp:
         if _is_peft(model):
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(model, st.load_file(str(path / "model.safetensors")))
+            set_peft_model_state_dict(model, st.load_file(fp))
         else:
-            st.load_model(model, str(path / "model.safetensors"), strict=True)
+            st.load_model(model, fp, strict=True)
     if optimizer is not None:
         if not (path / OPTIM_FILE).exists():
             raise CheckpointError(
@@ -250,10 +273,27 @@ def load_checkpoint(
     return state
 
 
+def check_state(state: Any, path: Path) -> dict[str, Any]:
+    """``state`` (the JSON of ``path/state.json``) when it is an object whose integers of
+    :data:`STATE_RANGES` are in range and whose ``step`` is the one in the directory's name
+    (``step_00000003`` holds step 3; a directory named otherwise, e.g. one given to ``eval
+    --checkpoint``, is not compared); a ``ValueError`` saying what is wrong otherwise."""
+    if not isinstance(state, dict) or "step" not in state:
+        raise ValueError("expected a JSON object with an integer 'step'")
+    for key, rng in STATE_RANGES.items():
+        value = state.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value not in rng:
+            raise ValueError(f"'{key}' must be an integer {rng}, got {value!r}")
+    named = NAME.fullmatch(path.name)
+    if named and int(named.group(1)) != state["step"]:
+        raise ValueError(f"'step' is {state['step']}, but the directory is {path.name}")
+    return state
+
+
 def load_extra(path: Path, name: str) -> Any | None:
     """The ``extra`` file ``name`` of checkpoint ``path`` (None when it has none), loaded
     without running code."""
-    if not (path / name).exists():
+    if not os.path.lexists(path / name):
         return None
     with _explained(path / name, "does not load (tensors and plain values expected)"):
         return _load_pt(path / name)
@@ -265,6 +305,8 @@ def _explained(path: Path, what: str) -> Iterator[None]:
     file that would need code to unpickle is refused, never executed)."""
     try:
         yield
+    except UnsafeFileError as exc:  # a FIFO, device or symbolic link: the message names it
+        raise CheckpointError(str(exc)) from exc
     except Exception as exc:  # truncated, empty, wrong shapes, foreign pickle, bad JSON ...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "weights_only" in str(exc) or "Unsupported global" in str(exc):

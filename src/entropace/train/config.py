@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
+from entropace._files import UnsafeFileError, read_text, write_atomic
 from entropace.envs.splits import SPLITS
 from entropace.rollout.config import ROLLOUT_RANGES, RolloutConfig
 from entropace.train.algorithms import IDENTITY, AlgorithmConfig, get_recipe, validate_algorithm
@@ -628,13 +630,24 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+#: The largest config file read (a resolved config is a few kB).
+CONFIG_BYTES = 16 << 20
+
+
+def _read_yaml(path: Path, *, follow_symlinks: bool = True) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``, which must be a regular file (a FIFO or device
+    is refused, never waited on); ``follow_symlinks=False`` for a run directory's file."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = read_text(path, limit=CONFIG_BYTES, follow_symlinks=follow_symlinks)
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnsafeFileError as exc:
+        raise ConfigError(str(exc)) from None
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: YAML nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
@@ -719,17 +732,26 @@ def load_config(
             "ppo.epochs=2"]``; later ones win.
         check_envs: also check the task names against the environment registry.
     """
+    return resolve(_preset_dict(preset), _overrides(overrides), check_envs=check_envs)
+
+
+def _overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     cli: dict[str, Any] = {}
     for text in overrides:
         cli = merge(cli, parse_override(text))
-    return resolve(_preset_dict(preset), cli, check_envs=check_envs)
+    return cli
 
 
 def load_config_file(
     path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, check_envs: bool = True
 ) -> TrainConfig:
-    """Read a saved ``config.yaml`` (e.g. ``RUN/config.yaml``), plus overrides."""
-    return load_config(Path(path), overrides, check_envs=check_envs)
+    """Read a saved ``config.yaml`` (e.g. ``RUN/config.yaml``), plus overrides. A run
+    directory's file: a symbolic link there is refused, not followed."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    data = _read_yaml(path, follow_symlinks=False)
+    return resolve(data, _overrides(overrides), check_envs=check_envs)
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -750,5 +772,4 @@ def save_config(cfg: TrainConfig, path: str | Path) -> Path:
     """Write the resolved config as YAML (every field, so it fully describes the run)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    return path
+    return write_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False), fsync=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from entropace.envs import seeds
-from entropace.train.config import TasksConfig
+from entropace.train.config import TRAIN_SEEDS, TasksConfig
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,16 @@ class TaskSampler:
         return {"position": dict(self.position)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        position = {str(k): int(v) for k, v in state["position"].items()}
+        """Restore the per-task positions; a ``ValueError`` for a position that is not an
+        integer in ``[0, TRAIN_SEEDS]`` or a task of this run without one."""
+        position = {}
+        for k, v in state["position"].items():
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= TRAIN_SEEDS:
+                raise ValueError(
+                    f"sampler position of {k!r} must be an integer in [0, {TRAIN_SEEDS}], "
+                    f"got {str(v)[:40]}"
+                )
+            position[str(k)] = v
         missing = sorted(set(self.cfg.names) - set(position))
         if missing:
             raise ValueError(f"sampler state has no position for task(s) {missing}")

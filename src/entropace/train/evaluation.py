@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
+from entropace._files import write_atomic
 from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
 from entropace.train.held_out import held_out_episodes, per_task_summary
@@ -69,7 +71,7 @@ def evaluate(
         raise ValueError(f"split must be 'held_out', 'train' or one of {list(HELD_OUT)}: {split!r}")
 
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
+    if not os.path.lexists(run_dir / "config.yaml"):
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -107,7 +109,7 @@ def evaluate(
         "episodes": records,
     }
     if write:
-        (run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+        write_atomic(run_dir / "eval.json", json.dumps(result, indent=1))
     return result
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from entropace._files import UnsafeFileError, open_append, read_text, write_atomic
+from entropace.train.checkpoint import CheckpointError
+from entropace.train.config import MAX_STEPS
 from entropace.train.trackers import TrackerSet, failing, start_trackers
 
 if TYPE_CHECKING:
@@ -45,14 +49,10 @@ class MetricsWriter:
         self, run_dir: Path, *, trackers: TrackerSet | None = None, resume_step: int | None = None
     ) -> None:
         self.path = run_dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():
-            keep = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= resume_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in keep))
-        self._file = self.path.open("a")
+        if resume_step is not None and os.path.lexists(self.path):
+            keep = [line for step, line in logged_steps(self.path) if step <= resume_step]
+            write_atomic(self.path, "".join(line + "\n" for line in keep))
+        self._file = open_append(self.path)  # a symbolic link or FIFO there is refused
         self.trackers = trackers
 
     @classmethod
@@ -89,10 +89,46 @@ class MetricsWriter:
             self.trackers.close(failed=failing() if failed is None else failed)
 
 
+def logged_steps(path: Path) -> list[tuple[int, str]]:
+    """``(step, line)`` of each line of the ``metrics.jsonl`` at ``path``, as a resume keeps
+    them: a last line that does not decode (a run killed while writing it) is dropped.
+
+    Raises:
+        CheckpointError: an earlier line that is not a JSON object with an integer ``"step"``
+            in ``[0, MAX_STEPS]`` (the message names the file and line: fix or remove it).
+    """
+    lines = [(n, line) for n, line in enumerate(_read_lines(path), 1) if line.strip()]
+    out = []
+    for i, (lineno, line) in enumerate(lines):
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, RecursionError, KeyError, TypeError) as exc:
+            if i == len(lines) - 1:
+                continue
+            raise CheckpointError(
+                f"{path}:{lineno}: not a metrics row with a 'step' ({type(exc).__name__}); "
+                "fix or remove the line, then resume"
+            ) from None
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEPS:
+            raise CheckpointError(
+                f"{path}:{lineno}: 'step' must be an integer in [0, {MAX_STEPS}], got "
+                f"{str(step)[:40]}; fix or remove the line, then resume"
+            )
+        out.append((step, line))
+    return out
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return read_text(path).splitlines()
+    except UnsafeFileError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of ``RUN/metrics.jsonl`` (``null`` read back as NaN)."""
     rows = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in read_text(run_dir / "metrics.jsonl").splitlines():
         if line.strip():
             row = json.loads(line)
             rows.append({k: math.nan if v is None else v for k, v in row.items()})

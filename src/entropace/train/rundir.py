@@ -7,7 +7,9 @@ one of its runs) gets :class:`RunDirLocked` at once, naming the holder; nothing 
 run is touched. The kernel drops the lock when the holder's file descriptor closes, which
 includes the process dying (``kill -9``, OOM kill, a crash): the lock file it leaves holds only
 stale text, and the next ``--resume`` takes the lock normally. The file itself is never
-deleted (unlinking a lock file lets two processes hold locks on two different files).
+deleted (unlinking a lock file lets two processes hold locks on two different files). It is
+opened without following a symbolic link and only as a regular file with no other hard link
+(:mod:`entropace._files`): a planted link never makes a run truncate a file elsewhere.
 
 ``flock`` is advisory and local: it guards against our own processes, not against other
 programs writing into the directory, and it does not work across hosts on filesystems whose
@@ -25,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shlex
 import socket
 import sys
@@ -33,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from entropace._files import UnsafeFileError, open_fd, read_text
 from entropace.train.checkpoint import clean_stale_temporaries, latest_checkpoint
 
 __all__ = [
@@ -51,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 #: The lock file inside a locked directory.
 LOCK_FILE = ".entropace-lock"
+#: The most of a lock file :func:`read_holder` reads (the holder's JSON is a few hundred bytes).
+LOCK_BYTES = 64 << 10
 
 #: What marks a directory as holding a run.
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")
@@ -111,10 +117,11 @@ class RunDirLock:
 
 
 def read_holder(directory: str | Path) -> dict[str, Any]:
-    """What the lock file of ``directory`` says about its (last) holder; {} if unreadable."""
+    """What the lock file of ``directory`` says about its (last) holder; {} if unreadable (or
+    not a regular file, or over 64 KiB)."""
     try:
-        data = json.loads((Path(directory) / LOCK_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_text(Path(directory) / LOCK_FILE, limit=LOCK_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -141,9 +148,20 @@ def lock_run_dir(directory: str | Path, *, what: str = "run directory") -> RunDi
     path = directory / LOCK_FILE
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_fd(path, os.O_RDWR | os.O_CREAT)  # a symlink or FIFO there is refused
+    except UnsafeFileError as exc:
+        raise RunDirError(
+            f"{exc}; the lock file of a {what} must be a regular file (remove it: it holds "
+            "only the last holder's pid)"
+        ) from None
     except OSError as exc:
         raise RunDirError(f"{directory}: the {what} is not writable ({exc})") from None
+    if os.fstat(fd).st_nlink != 1:  # a hard link: truncating it would change another name
+        os.close(fd)
+        raise RunDirError(
+            f"{path}: the lock file has other hard links; refused (remove it, it holds only "
+            "the last holder's pid)"
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -220,9 +238,9 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> RunDirLo
         if not resume and any((run_dir / f).exists() for f in RUN_FILES):
             aside = _move_aside(run_dir)
             logger.warning("moved the previous run in %s aside to %s", run_dir, aside)
-        try:
-            probe = run_dir / f".write-test-{os.getpid()}"
-            probe.write_text("")
+        try:  # a new file (O_EXCL: a planted name is never written through)
+            probe = run_dir / f".write-test-{os.getpid()}-{secrets.token_hex(4)}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
             probe.unlink()
         except OSError as exc:
             raise RunDirError(f"{run_dir}: the run directory is not writable ({exc})") from None

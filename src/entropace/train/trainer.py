@@ -63,7 +63,7 @@ from entropace.train.held_out import held_out_metrics
 from entropace.train.learner import Learner, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
-from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline
+from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline, restored_outputs
 from entropace.train.policy import MODEL_LOADERS, build_model, resolve_device  # noqa: F401
 from entropace.train.preflight import check_prompt_budget
 from entropace.train.rundir import (  # noqa: F401 (re-export)
@@ -338,7 +338,6 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     from entropace.rollout.batch import task_scores
     from entropace.rollout.worker import (
         RolloutJob,
-        output_from_state,
         output_state,
         trainable_weights,
     )
@@ -383,7 +382,8 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                 state["controller"], source=f"{path / 'state.json'} (controller)"
             )  # validated: schema, finite values in range, this run's tasks and configs
             learner.skipped_steps = int(state["skipped_steps"])
-            restored = [output_from_state(o) for o in load_extra(path, ROLLOUTS_FILE) or []]
+            stored = load_extra(path, ROLLOUTS_FILE) or []
+            restored = restored_outputs(stored, start, path / ROLLOUTS_FILE)  # checked
         except StateError as exc:
             raise CheckpointError(str(exc)) from None
         except (KeyError, TypeError, ValueError) as exc:

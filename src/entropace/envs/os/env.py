@@ -13,9 +13,11 @@ with ``shell="persistent"`` the episode has one long-lived bash in one sandbox
 from __future__ import annotations
 
 import tarfile
+import time
 from typing import Any
 
 from entropace.envs.base import EnvError, Policy, action_too_long, check_difficulty
+from entropace.envs.os import procs
 from entropace.envs.os.actions import (
     Answer,
     Bash,
@@ -314,13 +316,17 @@ class OsEnv:
         task, session = self.task, self.session
         if task is None or session is None:
             raise EnvError("os: final_state() needs a running persistent shell")
-        variables = session.read_variables(task.live_vars)
-        processes = tuple(session.processes(settle=True))
+        processes = tuple(session.processes(settle=True, digests=True))
+        runners = [procs.started_at(p.start) for p in processes if p.digests]  # run a /work file
+        files = session.read_files(task.watch_files, newer_than=max(runners, default=None))
+        now = time.time()
+        variables = session.read_variables(task.live_vars)  # kills every other process first
         session.kill_all()
+        session.discard_output()  # e.g. bash's notices of the jobs killed above
         fresh = tuple(_text(session.run(c)) for c in task.probe_fresh)
         self.state = session.dump()
         tree, etc = read_tree(self.state), read_etc(self.state)
-        return SystemState(tree, etc, processes, self._started, variables, fresh)
+        return SystemState(tree, etc, processes, self._started, variables, fresh, files, now)
 
     def _verify(self, answer: str | None) -> tuple[bool, str]:
         assert self.task is not None and self.task.verify is not None

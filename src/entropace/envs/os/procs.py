@@ -14,21 +14,30 @@ signals go through a pidfd opened and checked against the key first
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 
+from entropace._files import open_read, read_bytes
+
 __all__ = [
+    "FileInfo",
     "ProcKey",
     "ProcessInfo",
     "children",
+    "children_usage",
     "cmdline",
     "descendants",
+    "file_digests",
     "kill_process",
     "list_processes",
     "open_files",
     "proc_key",
+    "read_file",
     "signals_pending",
+    "started_at",
     "state",
     "youngest_age",
 ]
@@ -60,7 +69,11 @@ class ProcessInfo:
         files: the paths of the files it holds open (``/proc/<pid>/fd``; a shell running a
             script holds the script open), sorted; pipes and sockets left out.
         start: its start time (clock ticks since boot): with ``pid``, names this process and
-            no later one that reuses the PID.
+            no later one that reuses the PID (:func:`started_at` gives the wall-clock time).
+        digests: ``(path, sha256 hex)`` of the regular files under ``/work`` it holds open
+            (up to 1 MiB each), read through its own descriptors: the content of the script
+            a shell runs, even if the name now holds another file (listed only when asked
+            for: :func:`list_processes`).
     """
 
     pid: int
@@ -70,6 +83,16 @@ class ProcessInfo:
     exe: str = ""
     files: tuple[str, ...] = ()
     start: int = 0
+    digests: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file of a sandbox read by the host (:func:`read_file`): its modification time
+    (seconds since the epoch) and its first bytes."""
+
+    mtime: float
+    data: bytes
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -89,6 +112,17 @@ def proc_key(pid: int) -> ProcKey | None:
     if fields is None or len(fields) < 20:
         return None
     return ProcKey(pid, int(fields[19]))  # field 22 of stat: starttime
+
+
+def children_usage(pid: int) -> tuple[int, ...] | None:
+    """What the reaped children of host process ``pid`` used: minor and major page faults
+    and user and system CPU ticks (``cminflt cmajflt cutime cstime`` of its stat); None if
+    it is gone. It grows whenever a child of ``pid`` is reaped, so an unchanged value says
+    that no child of ``pid`` ended meanwhile (one that still lives is in ``/proc``)."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 15:
+        return None
+    return tuple(int(fields[i]) for i in (8, 10, 13, 14))
 
 
 def state(pid: int) -> str | None:
@@ -190,11 +224,55 @@ def open_files(pid: int) -> tuple[str, ...]:
     return tuple(sorted(p for p in paths if p.startswith("/")))
 
 
-def list_processes(init: int) -> list[ProcessInfo]:
+def started_at(start: int) -> float:
+    """The wall-clock time (seconds since the epoch) of a start time in clock ticks since
+    boot (:attr:`ProcessInfo.start`; truncated to a tick, 10 ms)."""
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot + start / os.sysconf("SC_CLK_TCK")
+
+
+def file_digests(pid: int, prefix: str = "/work/") -> tuple[tuple[str, str], ...]:
+    """``(path, sha256 hex)`` of the regular files under ``prefix`` that host process ``pid``
+    holds open (up to 1 MiB each, read through ``/proc/<pid>/fd/N``: the file it has open,
+    whatever its name holds now; a FIFO or device there is skipped, never waited on)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return ()
+    out: set[tuple[str, str]] = set()
+    for fd in fds:
+        path = _readlink(f"/proc/{pid}/fd/{fd}")
+        if not path.startswith(prefix):
+            continue
+        try:
+            data = read_bytes(f"/proc/{pid}/fd/{fd}", limit=1 << 20, follow_symlinks=True)
+        except OSError:
+            continue
+        out.add((path, hashlib.sha256(data).hexdigest()))
+    return tuple(sorted(out))
+
+
+def read_file(init: int, path: str, limit: int = 4096) -> FileInfo | None:
+    """The file ``path`` (absolute, inside the sandbox whose init is host process ``init``)
+    as the host reads it through ``/proc/<init>/root``: None unless it is a regular file
+    (a symbolic link is not followed: it would resolve on the host), else its mtime and
+    first ``limit`` bytes."""
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise ValueError(f"not an absolute sandbox path: {path!r}")
+    try:
+        with open_read(f"/proc/{init}/root{path}") as f:
+            return FileInfo(os.fstat(f.fileno()).st_mtime, f.read(limit))
+    except OSError:
+        return None
+
+
+def list_processes(init: int, *, digests: bool = False) -> list[ProcessInfo]:
     """The live processes of the sandbox whose init is host process ``init`` (init excluded;
-    zombies excluded), sorted by PID inside the sandbox."""
+    zombies excluded), sorted by PID inside the sandbox; ``digests``: with
+    :attr:`ProcessInfo.digests` (:func:`file_digests`)."""
     inner: dict[int, int] = {init: 1}
-    rows: list[tuple[int, int, tuple[str, ...], str, str, tuple[str, ...], int]] = []
+    Sums = tuple[tuple[str, str], ...]
+    rows: list[tuple[int, int, tuple[str, ...], str, str, tuple[str, ...], int, Sums]] = []
     for key in descendants(init):
         status = _status(key.pid)
         ns = status.get("NSpid", "").split()
@@ -211,10 +289,13 @@ def list_processes(init: int) -> list[ProcessInfo]:
             continue
         argv = tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a)
         exe, files = _readlink(f"/proc/{key.pid}/exe"), open_files(key.pid)
-        rows.append((int(ns[-1]), int(status.get("PPid", "0")), argv, state, exe, files, key.start))
+        sums = file_digests(key.pid) if digests else ()
+        rows.append(
+            (int(ns[-1]), int(status.get("PPid", "0")), argv, state, exe, files, key.start, sums)
+        )
     out = [
-        ProcessInfo(pid, inner.get(ppid, 0), argv, st, exe, files, start)
-        for pid, ppid, argv, st, exe, files, start in rows
+        ProcessInfo(pid, inner.get(ppid, 0), argv, st, exe, files, start, sums)
+        for pid, ppid, argv, st, exe, files, start, sums in rows
     ]
     return sorted(out, key=lambda p: p.pid)
 

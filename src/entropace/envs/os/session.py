@@ -11,7 +11,7 @@ Layout (host pipes in brackets)::
   a namespace's init that it does not handle), so the sandbox and its files (``/work``,
   ``/tmp``, a writable ``/etc``) last until the host ends it. The supervisor starts the agent
   shell on request and writes the final tar; it lists and kills nothing itself.
-* Each command is one line on the shell's stdin
+* Each command is one line on the shell's stdin, after a blank one
   (:func:`~entropace.envs.os.supervisor.command_line`): parsed in a subshell first, then
   ``eval``-ed in the shell itself (``cd``, variables, functions, background jobs persist),
   stdin ``/dev/null``, output to the output pipe, and an **end marker** with the exit status
@@ -25,6 +25,11 @@ Layout (host pipes in brackets)::
   replaced; one that exits (``exit``, ``kill -9 $$``) is noticed through a pidfd and replaced
   at once; a command past the output cap is killed; a fork bomb left in the background is
   killed (:meth:`ShellSession._swarm`). The observation's note says what happened.
+* At the end of an episode the verifiers' reads (:meth:`ShellSession.processes` with the
+  digests of the scripts processes hold open, :meth:`ShellSession.read_files`,
+  :meth:`ShellSession.read_variables`, which first kills every process but the shell) come
+  from the host; a replaced shell never reads what the previous one left in the command
+  pipe (the supervisor discards it).
 * **Teardown** (:meth:`ShellSession.close`, the end of the episode, ``reset``, garbage
   collection, interpreter exit, via :func:`weakref.finalize`,
   :func:`~entropace.envs.os.supervisor.teardown`): nothing of the sandbox survives, and
@@ -45,6 +50,7 @@ from dataclasses import dataclass
 from entropace.envs.os import procs
 from entropace.envs.os.sandbox import Sandbox
 from entropace.envs.os.supervisor import (
+    WRAPPER_ERROR,
     SessionError,
     command_line,
     decode_variables,
@@ -258,8 +264,10 @@ class ShellSession:
                 procs.kill_process(key)
             time.sleep(0.001)
 
-    def processes(self, *, settle: bool = False) -> list[procs.ProcessInfo]:
-        """The sandbox's live processes as seen inside (the supervisor excluded).
+    def processes(self, *, settle: bool = False, digests: bool = False) -> list[procs.ProcessInfo]:
+        """The sandbox's live processes as seen inside (the supervisor excluded); ``digests``:
+        with the digests of the files under ``/work`` they hold open (read once, after
+        settling: :func:`~entropace.envs.os.procs.file_digests`).
 
         ``settle``: first wait (up to 2 s) until no process has an unblocked signal pending,
         two listings 10 ms apart agree and every process is at least 50 ms old, so a process
@@ -277,7 +285,25 @@ class ShellSession:
             if again == listing and quiet:
                 break
             listing = again
-        return listing
+        return procs.list_processes(self.init_pid, digests=True) if digests else listing
+
+    def read_files(
+        self, paths: tuple[str, ...], *, newer_than: float | None = None, wait_s: float = 1.0
+    ) -> dict[str, procs.FileInfo | None]:
+        """The sandbox's files ``paths`` as the host reads them
+        (:func:`~entropace.envs.os.procs.read_file`: None for a missing or non-regular one).
+        ``newer_than``: wait up to ``wait_s`` for each to exist and be modified after that
+        time (a process just started writes its first heartbeat within milliseconds); None:
+        read once."""
+        assert self.init_pid is not None
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = {p: procs.read_file(self.init_pid, p) for p in paths}
+            if newer_than is None or time.monotonic() >= deadline:
+                return found
+            if all(f is not None and f.mtime >= newer_than for f in found.values()):
+                return found
+            time.sleep(0.01)
 
     def restart_shell(self) -> None:
         """Kill the shell (and what it runs) and start a new one; files and other processes
@@ -294,7 +320,13 @@ class ShellSession:
 
     def run(self, command: str) -> ShellResult:
         """Run one command in the shell (see the module docstring); never raises on a bad
-        command. Raises :class:`SessionError` when the sandbox itself is gone."""
+        command. Raises :class:`SessionError` when the sandbox itself is gone.
+
+        A shell that cannot parse the command's own line (an earlier command changed how it
+        parses: an alias) dies on that syntax error before anything of the line ran
+        (:data:`~entropace.envs.os.supervisor.WRAPPER_ERROR`): the note says the command did
+        not run, bash's message about the session's text is dropped, and the next command
+        runs in a new shell."""
         if self._closed:
             raise SessionError("the session is closed")
         start = time.monotonic()
@@ -379,11 +411,20 @@ class ShellSession:
             )
         elif outcome == "died":
             status = self._start_shell()
+            unparsed = WRAPPER_ERROR.search(out) if status == "2" and not marked else None
+            if unparsed is not None:  # bash's words about the session's own line
+                del out[unparsed.start() :]
             if not marked:  # else the command's own status came first
                 exit_code = int(status) if status.isdigit() else None
             why = f"the shell exited with status {status}" if status.isdigit() else "it exited"
             if status == "134":
                 why += " (SIGABRT: its memory was corrupted)"
+            if unparsed is not None:
+                exit_code = None
+                why = (
+                    "this command did not run: the shell could not parse the line that runs it "
+                    "(an earlier command changed how it parses, e.g. an alias) and exited"
+                )
             if timed_out:  # e.g. `exec sleep 100`: the signal that ends a `wait` ended it
                 why = f"killed after the {lim.timeout_s:g} s time limit; {why}"
             note = f"{why}; a new shell was started{_RESET}"
@@ -500,12 +541,26 @@ class ShellSession:
 
     def read_variables(self, names: tuple[str, ...]) -> dict[str, str | None]:
         """The values of the shell variables ``names`` in the agent's shell (None for one that
-        cannot be read: the shell is gone, or hung, or ``/tmp`` is full), read without
-        trusting anything the agent defined in it (:func:`~entropace.envs.os.supervisor.
-        variables_probe`). Call it between commands, at the end of an episode."""
+        cannot be read: the shell is gone, or hung, or ``/tmp`` is full, or a process was
+        forked while it was read), read without trusting anything the agent defined in it or
+        started from it (:func:`~entropace.envs.os.supervisor.variables_probe`). Call it at the
+        end of an episode: it **kills every other process of the sandbox first**.
+
+        The probe travels on the shell's command pipe, which any process the shell forked
+        can hold (a subshell inherits the descriptor bash saved it on) or reopen through
+        ``/proc``: such a process could stop the shell, read the probe and its token and
+        write the answer files itself (a background subshell did, for ``install_command``).
+        So before the probe only the supervisor and the shell are left (and the shell is
+        sent SIGCONT), and the probe counts only if no process was forked meanwhile: the
+        sandbox lists no other process afterwards and the reaped children's CPU time and
+        page faults of the shell and the supervisor (``/proc/<pid>/stat``) are unchanged."""
         unread: dict[str, str | None] = {name: None for name in names}
         if not names or self._closed or self.shell is None or not self._shell_alive():
             return unread
+        if not self._isolate_shell():
+            return unread
+        assert self.init_pid is not None
+        usage = procs.children_usage(self.shell.pid), procs.children_usage(self.init_pid)
         token = secrets.token_hex(8)
         pending = memoryview(variables_probe(tuple(names), token).encode())
         root = f"/proc/{self.shell.pid}/root/tmp"
@@ -517,10 +572,42 @@ class ShellSession:
                 listing = os.listdir(root)
             except OSError:
                 return unread
+            if not self._alone():
+                return unread  # a process was forked during the probe
             if f".entropace-{token}-done" in listing:
+                after = procs.children_usage(self.shell.pid), procs.children_usage(self.init_pid)
+                if not self._alone() or after != usage:
+                    return unread
                 return decode_variables(tuple(names), token, listing)
             time.sleep(0.002)
         return unread
+
+    def discard_output(self) -> int:
+        """Drop what the output pipe holds now (a job's last words, bash's notices of killed
+        jobs), so the next command's output is its own; returns the bytes dropped. Call it
+        when no process that could still write is left (after :meth:`kill_all`)."""
+        return self._drain(bytearray(), self.limits.output_bytes)
+
+    def _alone(self) -> bool:
+        """Whether the shell is the only process of the sandbox besides the supervisor."""
+        assert self.init_pid is not None
+        return procs.descendants(self.init_pid) == [self.shell]
+
+    def _isolate_shell(self) -> bool:
+        """Kill every process of the sandbox but the supervisor and the shell, wake the shell
+        (SIGCONT) and wait (up to 2 s) until the killed ones are reaped; whether only the
+        two are left then."""
+        assert self.init_pid is not None and self.shell is not None
+        procs.kill_process(self.shell, signal.SIGCONT)
+        self._kill_new({self.shell}, everywhere=True)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self._alone() and not procs.signals_pending(self.init_pid):
+                return True
+            if not self._alone():
+                self._kill_new({self.shell}, everywhere=True)
+            time.sleep(0.002)
+        return False
 
     def dump(self) -> bytes:
         """Stop every process, then the final tar (``work/``, ``etc/passwd``, ``etc/group``);

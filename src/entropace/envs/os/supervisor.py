@@ -9,7 +9,8 @@
 The supervisor's fds: 0 requests from the host, 1 replies, 3 the initial tar (memfd),
 4 the agent shell's command pipe, 5 the output pipe, 6 the marker pipe. Requests, one line
 each: ``shell TAG`` starts an agent shell (reply ``TAG PID STATUS``, STATUS the exit status of
-the previous shell or ``-``); ``dump TAG`` writes the final tar on fd 1 and exits. The agent
+the previous shell or ``-``), after discarding whatever the previous shell left unread in the
+command pipe; ``dump TAG`` writes the final tar on fd 1 and exits. The agent
 shell gets 0 = commands, 1 = 2 = 7 = output, 6 = 8 = markers (7 and 8 are spares the command
 line re-makes 7 and 6 from), ``trap -`` gives it default signal dispositions back, and the
 resource limits apply to it and everything it starts.
@@ -21,7 +22,6 @@ import fcntl
 import functools
 import os
 import re
-import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -51,7 +51,16 @@ while IFS=' ' read -r op tag; do
   case $op in
     shell)
       st=-
-      if [ -n "$sh" ]; then wait "$sh"; st=$?; fi
+      if [ -n "$sh" ]; then
+        wait "$sh"; st=$?
+        # what the dead shell left unread (a probe it did not finish, text after a line it
+        # died on) is discarded: a new shell never parses a previous shell's input
+        n=0
+        while [ "$n" -lt 64 ] && read -r -t 0 -u 4; do
+          read -r -N 65536 -t 0.05 -u 4 _ || :
+          n=$((n + 1))
+        done
+      fi
       (
         trap - HUP INT TERM ALRM USR1 USR2 PIPE TSTP TTIN TTOU WINCH
         ulimit -c 0 -u {nproc} -v {mem_kb} -f {fsize_kb} -t {cpu_s} 2>/dev/null
@@ -186,9 +195,44 @@ def launch(sandbox: Sandbox, state: bytes, tag: str) -> Launched:
     return Launched(proc, ctl_w, rep_r, cmd_w, out_r, mark_r)
 
 
+#: bash's report of a syntax error in its own input (the error, then the offending text
+#: quoted), as the last output of a shell that then exited with status 2 before the
+#: command's end marker: the command's line itself did not parse (an alias, or a parser
+#: state an earlier command left broken), so nothing of it ran. (The agent's own text is
+#: parsed in a subshell first, and its errors read "bash: eval: line N" or "bash: -c: ...".)
+WRAPPER_ERROR = re.compile(
+    rb"(?:^|(?<=\n))bash: line \d+: syntax error[^\n]*\n(?:bash: line \d+: `[^\n]*\n?)?\Z"
+)
+
+
+def ansi_c_quote(text: str) -> str:
+    """``text`` as one bash ANSI-C quoted word (``$'...'``) on one physical line: newlines,
+    control characters, ``\\`` and ``'`` escaped (``\\n``, ``\\xHH``, ``\\\\``, ``\\'``);
+    everything else, UTF-8 included, as it is."""
+    out = ["$'"]
+    for ch in text:
+        code = ord(ch)
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    out.append("'")
+    return "".join(out)
+
+
 def command_line(command: str, tag: str) -> str:
     """The line that runs ``command`` in the shell and reports its status with ``tag``.
 
+    * it is **one physical line**, after a blank one: the command travels ANSI-C quoted
+      (:func:`ansi_c_quote`), so a shell that dies on a line leaves nothing of it in the
+      pipe, and the blank line resets the parser state that bash 5.2 leaves after an
+      ``eval`` of text that ends inside a quote, a backquote or an expansion
+      (``eval 'echo "${'``: the next line's first word was not read as a reserved word, so
+      ``{``, ``if`` or ``for`` there was a syntax error that ended the shell);
     * fds 7 and 6 are re-made from spares if a command closed them; the checks are bare
       redirections, so no function a command defines (``:``, ``true``) runs here;
     * the USR2 trap (a comment: it does nothing) lets the host interrupt a ``wait`` builtin;
@@ -204,12 +248,12 @@ def command_line(command: str, tag: str) -> str:
       the shell it was forked from has a corrupted heap (text that parses can still reach
       the bug: ``eval 'echo "$('``; see :func:`eval_bug_struck`).
     """
-    check = shlex.quote(f"__entropace_parse() {{\n{command}\n}}")
+    check = ansi_c_quote(f"__entropace_parse() {{\n{command}\n}}")
     return (
-        "{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
+        "\n{ >&7; } 2>/dev/null || exec 7>&1; { >&6; } 2>/dev/null || exec 6>&8; "
         "trap '#' USR2; "
         f"if ( eval -- {check} ) </dev/null >&7 2>&7; then "
-        f"eval -- {shlex.quote(command)} </dev/null >&7 2>&7; __entropace_rc=$? __entropace_how=ran; "
+        f"eval -- {ansi_c_quote(command)} </dev/null >&7 2>&7; __entropace_rc=$? __entropace_how=ran; "
         "else __entropace_rc=$? __entropace_how=parse; case $__entropace_rc in "
         "137) ;; 12[89]|1[3-9][0-9]|2[0-9][0-9]) __entropace_how=corrupt ;; *) __entropace_rc=2 ;; "
         "esac; fi; "

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from entropace.envs.os.procs import ProcessInfo
+from entropace.envs.os.procs import FileInfo, ProcessInfo
 from entropace.envs.os.tree import LEVELS, PRODUCTS, REGIONS, WORDS, LogLine, Tree
 from entropace.envs.os.worktree import WorkTree
 
@@ -56,6 +56,9 @@ class SystemState:
             can intercept (:meth:`~entropace.envs.os.session.ShellSession.read_variables`).
         fresh: outputs of the task's ``probe_fresh`` commands, run in a new shell after
             every process of the agent was stopped.
+        files: the task's ``watch_files`` as the host read them from the sandbox while the
+            processes still ran (None: missing or not a regular file).
+        time: the wall-clock time those files were read (seconds since the epoch).
     """
 
     tree: WorkTree
@@ -64,6 +67,8 @@ class SystemState:
     started: tuple[ProcessInfo, ...]
     variables: dict[str, str | None]
     fresh: tuple[str, ...]
+    files: dict[str, FileInfo | None] = field(default_factory=dict)
+    time: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class Task:
             (``SystemState.variables``).
         probe_fresh: commands run in a new shell at the end, after every process of the
             agent was stopped (``SystemState.fresh``).
+        watch_files: sandbox paths (e.g. a heartbeat under ``/tmp``) the host reads while the
+            processes still run (``SystemState.files``); when a process holds a ``/work``
+            file open (runs a script), the host waits up to 1 s for each to be modified
+            after the youngest such process started.
     """
 
     kind: str
@@ -102,6 +111,7 @@ class Task:
     etc: dict[str, bytes] = field(default_factory=dict)
     live_vars: tuple[str, ...] = ()
     probe_fresh: tuple[str, ...] = ()
+    watch_files: tuple[str, ...] = ()
 
     @property
     def is_goal(self) -> bool:

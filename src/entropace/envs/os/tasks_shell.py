@@ -38,12 +38,13 @@ through ``step`` (cross-checking the verifiers against real bash).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import random
 import shlex
 
-from entropace.envs.os.procs import ProcessInfo
+from entropace.envs.os.procs import ProcessInfo, started_at
 from entropace.envs.os.sandbox import _GROUP, _PASSWD
 from entropace.envs.os.tasks import SystemState, Task, TaskFn
 from entropace.envs.os.tree import LEVELS, USERS, WORDS, Tree
@@ -66,20 +67,31 @@ def _task(fn: TaskFn) -> TaskFn:
 SHELLS = ("bash", "dash", "sh")
 
 
-def _runs(p: ProcessInfo, script: str, *args: str) -> bool:
+def _names(p: ProcessInfo, script: str, *args: str) -> bool:
+    """Whether ``p`` is a shell whose command line names the script ``script`` (by path
+    ending) followed by exactly ``args``: what ``ps`` shows of a process running it."""
+    if posixpath.basename(p.exe) not in SHELLS:
+        return False
+    for i, arg in enumerate(p.argv):
+        if arg == script or arg.endswith("/" + script):
+            return tuple(p.argv[i + 1 :]) == args
+    return False
+
+
+def _runs(p: ProcessInfo, script: str, *args: str, content: bytes | None = None) -> bool:
     """Whether ``p`` runs the script ``/work/<script>`` with exactly ``args`` after it.
 
     Judged by the kernel's record, not by the command line alone (which any process can make
     say anything: ``tail -f scripts/x.sh`` or ``exec -a`` name the script without running
     it): the program must be a shell (``/proc/<pid>/exe``) that holds the script open (a
     shell keeps the script it runs open: bash on fd 255, dash on fd 10), and its command
-    line must name the script (by path ending) followed by exactly ``args``."""
-    if posixpath.basename(p.exe) not in SHELLS or f"/work/{script}" not in p.files:
+    line must name the script (by path ending) followed by exactly ``args`` (:func:`_names`).
+    ``content``: and the file it holds open must have that content (read through its own
+    descriptor, :attr:`ProcessInfo.digests`): the task's script, not one written over it."""
+    path = f"/work/{script}"
+    if path not in p.files or not _names(p, script, *args):
         return False
-    for i, arg in enumerate(p.argv):
-        if arg == script or arg.endswith("/" + script):
-            return tuple(p.argv[i + 1 :]) == args
-    return False
+    return content is None or dict(p.digests).get(path) == hashlib.sha256(content).hexdigest()
 
 
 # ----------------------------------------------------------------------------- processes
@@ -90,11 +102,12 @@ def service_pid(rng: random.Random, tree: Tree) -> Task:
     name = f"{rng.choice(WORDS)}-{rng.choice(('beat', 'watch', 'sync', 'agent'))}"
     script = f"scripts/{name}.sh"
     period = rng.randint(3, 9)
-    tree.scripts[f"{name}.sh"] = (
+    beat = f"/tmp/{name}.beat"
+    content = (
         f"#!/bin/bash\n# {name}: records a heartbeat every {period} s\n"
-        f"while true; do date +%s > /tmp/{name}.beat; sleep {period}; done\n",
-        0o755,
+        f"while true; do date +%s > {beat}; sleep {period}; done\n"
     )
+    tree.scripts[f"{name}.sh"] = (content, 0o755)
     prompt = (
         f"Start the script {script} in the background so that it keeps running after your "
         "command returns, then answer with the PID of the process running it (it must still "
@@ -109,13 +122,42 @@ def service_pid(rng: random.Random, tree: Tree) -> Task:
             if p.pid == int(text):
                 if p.state == "T":
                     return False, f"process {text} is stopped"
-                ok = _runs(p, script)
-                why = f"process {text} runs {' '.join(p.argv)[:80]!r}, not {script}"
-                return ok, "ok" if ok else why
+                if not _runs(p, script):
+                    return False, f"process {text} runs {' '.join(p.argv)[:80]!r}, not {script}"
+                if not _runs(p, script, content=content.encode()):
+                    return False, f"process {text} runs a {script} that is not the task's script"
+                return _beats(state, beat, p, period)
         return False, f"no process {text} is running"
 
     cmd = f"nohup {script} >/dev/null 2>&1 & echo $!"
-    return Task("service_pid", prompt, f"the PID of a running {script}", (cmd,), verify=verify)
+    return Task(
+        "service_pid", prompt, f"the PID of a running {script}", (cmd,), verify=verify,
+        watch_files=(beat,),
+    )  # fmt: skip
+
+
+#: Seconds a heartbeat may be late beyond its period (a loaded machine delays ``sleep``).
+BEAT_SLACK_S = 5.0
+#: How much earlier than the process's recorded start a heartbeat may seem written (the
+#: start is truncated to a 10 ms clock tick; file times use a coarse clock).
+BEAT_SKEW_S = 0.05
+
+
+def _beats(state: SystemState, beat: str, p: ProcessInfo, period: int) -> tuple[bool, str]:
+    """Whether the heartbeat file ``beat`` shows that ``p`` runs the heartbeat loop: written
+    since ``p`` started and within its period (plus :data:`BEAT_SLACK_S`) of the end. A
+    process that holds the script open without running it (``bash -c 'exec 255<X.sh;
+    sleep 100' X.sh``), or runs something else restored into the file after it started,
+    writes none."""
+    info = state.files.get(beat)
+    if info is None:
+        return False, f"process {p.pid} never wrote the heartbeat {beat}"
+    if info.mtime < started_at(p.start) - BEAT_SKEW_S:
+        return False, f"process {p.pid} has not written the heartbeat {beat} since it started"
+    age = state.time - info.mtime
+    if age > period + BEAT_SLACK_S:
+        return False, f"the heartbeat {beat} is {age:.0f} s old: process {p.pid} does not run it"
+    return True, "ok"
 
 
 def _queues(rng: random.Random, n: int, decoys: bool) -> list[str]:
@@ -151,15 +193,21 @@ def stop_worker(rng: random.Random, tree: Tree) -> Task:
         del answer
         live = {(p.pid, p.start) for p in state.processes if p.state != "T"}
         for q in queues:
-            running = [
-                p for p in state.processes
-                if (p.pid, p.start) in live and _runs(p, "services/worker.sh", "--queue", q)
-            ]  # fmt: skip
-            if q == target and running:
-                return False, f"the worker of {q} is still running"
             # the workers started before the first turn, not look-alikes started since
             original = [p for p in state.started if _runs(p, "services/worker.sh", "--queue", q)]
-            if q != target and not any((p.pid, p.start) in live for p in original):
+            if not original:  # pragma: no cover - the setup checked that every worker runs
+                return False, f"the worker of {q} did not start (a bug of the task)"
+            if q == target:
+                # stopped means the original worker is gone (its PID and start time), and no
+                # shell names the worker of the target: judged by identity, so renaming or
+                # deleting worker.sh (which hides it from the open-files test) stops nothing
+                again = [
+                    p for p in state.processes
+                    if (p.pid, p.start) in live and _names(p, "services/worker.sh", "--queue", q)
+                ]  # fmt: skip
+                if again or any((p.pid, p.start) in live for p in original):
+                    return False, f"the worker of {q} is still running"
+            elif not any((p.pid, p.start) in live for p in original):
                 return False, f"the worker of {q} was stopped too"
         return True, "ok"
 

@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from entropace._files import read_text, write_atomic
 from entropace.train.schema import ConfigError, check_in
 from entropace.train.trackers import builtin as _builtin  # noqa: F401  (registers the four)
 from entropace.train.trackers.base import (
@@ -179,9 +180,7 @@ class TrackerSet:
     def _save(self) -> None:
         if not self.state:
             return
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.state, indent=1) + "\n")
 
     @staticmethod
     def _close_one(name: str, tracker: Tracker, *, failed: bool) -> None:
@@ -197,14 +196,21 @@ class TrackerSet:
 
 
 def _read_state(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, limit=16 << 20))
+    except (OSError, ValueError, RecursionError) as exc:
         raise TrackerError(f"{path}: not a trackers state file ({reason(exc)})") from exc
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise TrackerError(f"{path}: expected an object of tracker states")
+    for name, state in data.items():
+        last = state.get("last_step", 0)
+        if isinstance(last, bool) or not isinstance(last, int) or not 0 <= last < 2**31:
+            raise TrackerError(
+                f"{path}: {name}.last_step must be an integer in [0, 2147483647], got "
+                f"{str(last)[:40]}"
+            )
     return data
 
 
