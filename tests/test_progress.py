@@ -21,9 +21,8 @@ register_letter_envs("letter", "letter2")
 def test_task_postfix_formats_each_task_of_the_row() -> None:
     row = {"step": 3, "task/db/reward": -0.2, "task/db/entropy": 1.23456,
            "task/kg/reward": 0.0, "task/kg/entropy": float("nan"), "time/step": 61.37}  # fmt: skip
-    assert (
-        task_postfix(row, ["db", "kg", "os"]) == "db R -0.20 H 1.23 | kg R 0.00 H n/a | 61.4 s/step"
-    )
+    expected = "step 3: db R -0.20 H 1.23 | kg R 0.00 H n/a | 61.4 s/step"
+    assert task_postfix(row, ["db", "kg", "os"]) == expected
 
 
 def test_bar_shows_the_phase_and_the_legend_once() -> None:
@@ -31,7 +30,7 @@ def test_bar_shows_the_phase_and_the_legend_once() -> None:
     progress = Progress(total=3, start=0, tasks=["db"], file=out)
     progress.phase("rollout", 1)
     progress.phase("update", 1)
-    progress.step_done({"task/db/reward": 0.5, "task/db/entropy": 2.0, "time/step": 1.0})
+    progress.step_done({"step": 1, "task/db/reward": 0.5, "task/db/entropy": 2.0, "time/step": 1})
     progress.phase("checkpoint", 1)
     progress.close()
     text = out.getvalue()
@@ -39,7 +38,7 @@ def test_bar_shows_the_phase_and_the_legend_once() -> None:
     for name in PHASES:
         assert name in LEGEND
     assert re.search(r"step 1/3 rollout 0:00", text) and re.search(r"step 1/3 update 0:00", text)
-    assert re.search(r"step 1/3 checkpoint 0:00 .*db R 0\.50 H 2\.00 \| 1 s/step", text)
+    assert re.search(r"step 1/3 checkpoint 0:00 .*step 1: db R 0\.50 H 2\.00 \| 1 s/step", text)
     assert "step 1/3 |" in text.rsplit("\r", 1)[-1]  # closed before the end: where it stopped
     with pytest.raises(ValueError, match="unknown phase 'generate'"):
         Progress(total=1, start=0, tasks=[], enabled=False).phase("generate", 1)
@@ -77,9 +76,9 @@ def test_train_prints_phases_per_task_numbers_and_the_end_screen(tmp_path, capsy
     for step, phase in [(1, "rollout"), (1, "update"), (1, "checkpoint"), (2, "rollout"),
                         (2, "update"), (2, "eval"), (2, "checkpoint")]:  # fmt: skip
         assert f"step {step}/2 {phase} " in err, (step, phase)
-    last = read_metrics(run_dir)[-1]
-    numbers = task_postfix(last, ["letter", "letter2"]).rsplit(" | ", 1)[0]
-    assert numbers.startswith("letter R ") and numbers in err
+    for row in read_metrics(run_dir):  # each step's own numbers, without its timing
+        numbers = task_postfix(row, ["letter", "letter2"]).rsplit(" | ", 1)[0]
+        assert numbers.startswith(f"step {row['step']}: letter R ") and numbers in err
     # the end screen (stdout): the report's own table rows and what to do next
     md = (run_dir / "report" / "summary.md").read_text()
     for task in ("letter", "letter2"):

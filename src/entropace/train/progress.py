@@ -6,7 +6,7 @@ The loop drives it with three calls (``train/trainer.py``)::
                         enabled=cfg.log.progress)
     progress.phase("rollout", step)   # the bar reads "step 3/10 rollout 0:42"
     ...
-    progress.step_done(row)           # per task "db R -0.20 H 1.23", then "61 s/step"
+    progress.step_done(row)           # "step 3: db R -0.20 H 1.23 | ... | 61 s/step"
     progress.close()
 
 When enabled it prints :data:`LEGEND` once, above the bar. On a terminal a daemon thread
@@ -38,8 +38,8 @@ PHASES: dict[str, str] = {
 LEGEND = (
     "progress: step k/N and the phase running now ("
     + "; ".join(f"{name}: {what}" for name, what in PHASES.items())
-    + "). After each step, per task: R = mean episode reward of the step's rollouts, "
-    "H = mean sampling entropy of its tokens (nats); s/step = seconds of that step."
+    + "). Then the last finished step's numbers, per task: R = mean episode reward of its "
+    "rollouts, H = mean sampling entropy of its tokens (nats); s/step = its seconds."
 )
 
 
@@ -55,8 +55,9 @@ def _num(value: Any) -> str:
 
 
 def task_postfix(row: Mapping[str, Any], tasks: list[str]) -> str:
-    """``"db R -0.20 H 1.23 | kg R 0.00 H 0.98 | 61 s/step"`` from a ``metrics.jsonl`` row:
-    ``task/<k>/reward`` and ``task/<k>/entropy`` of each task present, then ``time/step``."""
+    """``"step 3: db R -0.20 H 1.23 | kg R 0.00 H 0.98 | 61 s/step"`` from a ``metrics.jsonl``
+    row: its step, ``task/<k>/reward`` and ``task/<k>/entropy`` of each task present, then
+    ``time/step`` (the bar shows the finished step's numbers while the next one runs)."""
     parts = [
         f"{t} R {_num(row[f'task/{t}/reward'])} H {_num(row.get(f'task/{t}/entropy'))}"
         for t in tasks
@@ -65,7 +66,8 @@ def task_postfix(row: Mapping[str, Any], tasks: list[str]) -> str:
     step_s = row.get("time/step")
     if isinstance(step_s, int | float) and math.isfinite(step_s):
         parts.append(f"{step_s:.3g} s/step")
-    return " | ".join(parts)
+    head = f"step {row['step']}: " if "step" in row else ""
+    return head + " | ".join(parts)
 
 
 class Progress:
