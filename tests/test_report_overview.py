@@ -53,7 +53,8 @@ def rows(*, step0: bool = True) -> list[dict]:
             "task/kg/eps_low": KG_EPS[i], "task/kg/eps_high": KG_EPS[i],
             "task/db/signal_frac": DB_SIGNAL[i], "task/kg/signal_frac": 0.0,
             "task/db/num_episodes": 8, "task/kg/num_episodes": 8,
-            "polarity/pos_mass": POS[i], "polarity/neg_mass": None if POS[i] is None else 1 - POS[i],
+            "polarity/pos_mass": POS[i],
+            "polarity/neg_mass": None if POS[i] is None else 1 - POS[i],
             "polarity/w_plus": 1.0 + 0.01 * i, "polarity/w_minus": 1.0 - 0.01 * i,
         }  # fmt: skip
         if DB_SIGNAL[i] > 0:  # clip fractions exist only where tokens carried gradient

@@ -165,7 +165,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     """Register ``entropace demo``."""
     parser = subparsers.add_parser(
         "demo",
-        help="check the entropy-polarity theorem on tabular softmaxes (a few seconds, most of it importing torch)",
+        help="check the entropy-polarity theorem on tabular softmaxes (a few seconds, most of "
+        "it importing torch)",
         description=(
             "Check the PAPO entropy-polarity theorem on tabular softmaxes: for a few "
             "distributions and sampled tokens, one logit-space step on A log p_y changes the "

@@ -106,7 +106,12 @@ def run(args: argparse.Namespace) -> int:
         except Exception as err:  # training is done and saved; say what failed
             print(f"entropace train: the report failed: {err!r}", file=sys.stderr)
             return 1
-    print("\n" + end_screen(run_dir, summary))
+    try:
+        screen = end_screen(run_dir, summary)
+    except Exception as err:  # training is done and saved; say what failed
+        print(f"entropace train: the end-of-run summary failed: {err!r}", file=sys.stderr)
+        return 1
+    print("\n" + screen)
     return 0
 
 

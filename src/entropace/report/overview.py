@@ -305,22 +305,24 @@ def overview_table(ov: RunOverview) -> tuple[list[tuple[str, str]], list[list[st
 
 
 def _legend(ov: RunOverview) -> str:
-    evaluated = (
-        f"greedy, on the first {ov.eval_n} {ov.eval_split or 'test'} seeds per task"
-        if ov.eval_n
-        else "greedy, on held-out seeds (eval.n per task)"
-    )
+    if all(t.eval_before is None and t.eval_after is None for t in ov.tasks):
+        held_out = "Held-out success: not evaluated in this run (eval.every; entropace eval)."
+    else:
+        seeds = f"the first {ov.eval_n} {ov.eval_split or 'test'}" if ov.eval_n else "held-out"
+        held_out = (
+            f"Held-out success: greedy, on {seeds} seeds per task (eval/<task>/success; step 0 "
+            "is before the first update)."
+        )
     ema = f"EMA {ov.ema}" if ov.ema is not None else "no smoothing"
+    ends = ", ".join(f"{t.task} {_num(t.entropy_last_ema)}" for t in ov.tasks)
     return (
-        f"Held-out success: {evaluated} (eval/<task>/success; step 0 is before the first "
-        f"update). Reward: mean over the rollouts of the first and of the last {AVG_STEPS} "
-        "steps (half the steps each in a shorter run). Entropy: mean sampling entropy of the task's tokens (nats) at its "
-        f"first and last step (entropy.png's thin line and dots; its thick {ema} line ends "
-        "at: " + ", ".join(f"{t.task} {_num(t.entropy_last_ema)}" for t in ov.tasks) + "). "
-        "eps_low: the clip range the task got. Clipped: share of the task's gradient-carrying "
-        "tokens whose ratio the clip bound, mean over steps. Steps with signal: steps where "
-        "some episode of the task had a non-zero advantage (some group's rewards differed), "
-        "of the steps it was in the batch."
+        f"{held_out} Reward: mean over the rollouts of the first and of the last {AVG_STEPS} "
+        "steps (half the steps each in a shorter run). Entropy: mean sampling entropy of the "
+        "task's tokens (nats) at its first and last step (entropy.png's thin line and dots; "
+        f"its thick {ema} line ends at: {ends}). eps_low: the clip range the task got. "
+        "Clipped: share of the task's gradient-carrying tokens whose ratio the clip bound, "
+        "mean over steps. Steps with signal: steps where some episode of the task had a "
+        "non-zero advantage (some group's rewards differed), of the steps it was in the batch."
     )
 
 
@@ -384,10 +386,18 @@ def _fmt_int(v: int | None) -> str:
     return "n/a" if v is None else str(v)
 
 
+def _steps(ov: RunOverview) -> str:
+    if ov.last_step is None:
+        return "no steps"
+    if ov.first_step == ov.last_step:
+        return f"step {ov.last_step}"
+    return f"steps {ov.first_step}-{ov.last_step}"
+
+
 def overview_blocks(ov: RunOverview) -> list[tuple[Any, ...]]:
     """The report's "What happened" blocks (rendered to markdown and HTML by the report)."""
     head, rows = overview_table(ov)
-    steps = f"steps {ov.first_step}-{ov.last_step}" if ov.last_step is not None else "no steps"
+    steps = _steps(ov)
     algo = f", {ov.algorithm}" if ov.algorithm else ""
     return [
         ("h", 2, f"What happened: {ov.run} ({steps}{algo})"),
@@ -410,9 +420,8 @@ def format_screen(ov: RunOverview, *, report_dir: Path | None, figures: Sequence
     import textwrap
 
     head, rows = overview_table(ov)
-    steps = f"steps {ov.first_step}-{ov.last_step}" if ov.last_step is not None else "no steps"
     algo = f", {ov.algorithm}" if ov.algorithm else ""
-    out = [f"What happened in {ov.path} ({steps}{algo}):", ""]
+    out = [f"What happened in {ov.path} ({_steps(ov)}{algo}):", ""]
     out += _text_table(head, rows)
     out.append("")
     wrap = textwrap.TextWrapper(width=100, subsequent_indent="  ")

@@ -26,20 +26,19 @@ from typing import Any, TextIO
 
 __all__ = ["LEGEND", "PHASES", "Progress", "task_postfix"]
 
-#: The phases of a training step, in order, and what each does (the legend says it).
+#: The phases of a training step and what each does (docs/training.md).
 PHASES: dict[str, str] = {
-    "eval": "greedy episodes on held-out seeds (eval.every)",
     "rollout": "sample the step's episodes and their token statistics (async: wait for the "
     "worker's batch)",
     "update": "advantages, controllers, optimiser steps",
+    "eval": "greedy episodes on held-out seeds (eval.every)",
     "checkpoint": "write RUN/checkpoints",
 }
 
 LEGEND = (
-    "progress: step k/N and the phase running now ("
-    + "; ".join(f"{name}: {what}" for name, what in PHASES.items())
-    + "). Then the last finished step's numbers, per task: R = mean episode reward of its "
-    "rollouts, H = mean sampling entropy of its tokens (nats); s/step = its seconds."
+    "progress: step k/N, the phase it is in (" + ", ".join(PHASES) + ") and for how long; "
+    "then the last finished step's numbers per task: R = mean episode reward, H = mean "
+    "sampling entropy of its tokens (nats); s/step = its seconds."
 )
 
 
