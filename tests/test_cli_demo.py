@@ -89,3 +89,19 @@ def test_bad_options_exit_two(argv: list[str], capsys: pytest.CaptureFixture[str
     assert args.func(args) == 2
     captured = capsys.readouterr()
     assert "entropace demo: error:" in captured.err and captured.out == ""
+
+
+def test_the_cli_imports_torch_only_for_commands_that_run_it() -> None:
+    """``entropace --help``, ``envs list`` ... build the parser of every subcommand: none may
+    import torch for it (2-8 s on a 2-core machine); ``demo`` imports it when it runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from entropace.cli import build_parser, main; build_parser(); "
+        "assert 'torch' not in sys.modules, 'parser imported torch'; "
+        "main(['demo', '--vocab', '8']); assert 'torch' in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "sign agreement: 12/12" in done.stdout

@@ -63,3 +63,37 @@ def test_periodic_eval_changes_nothing_and_equals_entropace_eval(tmp_path, singl
 def test_bad_eval_settings_are_refused_at_load(override: str) -> None:
     with pytest.raises(ConfigError, match="eval"):
         load_config(None, [*OVERRIDES, override])
+
+
+def test_evaluation_runs_no_statistics_pass_and_its_episodes_are_unchanged(
+    monkeypatch, single_thread
+) -> None:
+    """The held-out episodes take the (unused) token statistics from generation's logits: no
+    second forward pass over the trajectories, also when the run recomputes them
+    (``rollout.stats_from_generation=false``); greedy episodes are the same either way."""
+    import dataclasses
+
+    import entropace.rollout.engine as engine
+    from entropace.models.tiny import build_tiny_model
+    from entropace.rollout import RolloutRequest, collect_rollouts
+    from entropace.train.held_out import held_out_episodes
+
+    cfg = load_config(None, OVERRIDES)
+    assert cfg.rollout.stats_from_generation is False
+    model, tokenizer = build_tiny_model(seed=0)
+    factories = {t: cfg.tasks.env_factory(t) for t in cfg.tasks.names}
+    greedy = dataclasses.replace(cfg.rollout, do_sample=False)
+    requests = [RolloutRequest(task=t, env=factories[t], seed=s, group_id=i)
+                for i, (t, s) in enumerate((t, s) for t in factories for s in (0, 1, 2))]  # fmt: skip
+    reference = collect_rollouts(model, tokenizer, requests, greedy, task_names=list(factories))
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("an evaluation ran the statistics pass")
+
+    monkeypatch.setattr(engine, "_sampling_stats", no_pass)
+    records = held_out_episodes(model, tokenizer, cfg.rollout, factories, [0, 1, 2])
+    assert [r["actions"] for r in records] == [
+        [m["content"] for m in ep.messages if m["role"] == "assistant"]
+        for ep in reference.batch.episodes
+    ]
+    assert [r["reward"] for r in records] == reference.batch.rewards.tolist()

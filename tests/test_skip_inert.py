@@ -375,8 +375,12 @@ def test_loss_side_metrics_cover_the_rows_that_ran(tiny) -> None:
     assert metrics["clip_frac_low"] == pytest.approx(low) == metrics["task/a/clip_frac_low"]
     assert metrics["clip_frac_high"] == pytest.approx(high) == metrics["task/a/clip_frac_high"]
     assert metrics["loss/dual_clip_frac"] == pytest.approx(dual)
-    assert not any(k.startswith("task/b/") and "frac" in k for k in metrics)
+    assert not any(k.startswith("task/b/") and "frac" in k and k != "task/b/signal_frac"
+                   for k in metrics)  # fmt: skip
     assert metrics["task/b/entropy"] > 0  # the rollout metrics of task b are there
+    rows_a = batch.task_ids == 0  # ... with its share of gradient-carrying episodes: none
+    assert metrics["task/b/signal_frac"] == 0.0
+    assert metrics["task/a/signal_frac"] == pytest.approx(2 / int(rows_a.sum()))
 
 
 def test_every_row_inert_is_the_zero_update(tiny) -> None:

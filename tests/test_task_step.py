@@ -129,6 +129,21 @@ def test_reweight_equals_polarity_reweight_and_masses_a_loop() -> None:
     torch.testing.assert_close(torch.cat(parts), out, rtol=1e-5, atol=1e-6)
 
 
+def test_masses_are_undefined_without_any_advantage() -> None:
+    """No token with a non-zero advantage: no share of sum|A| exists, so the masses are NaN
+    (logged as null, drawn as a gap), not 0 (which reads as "no mass on either branch");
+    the advantages stay 0."""
+    ts = eppo_papo()
+    run(ts, 2)
+    g = torch.Generator().manual_seed(5)
+    sens = torch.randn(6, 5, generator=g)
+    mask = torch.ones(6, 5)
+    out, masses = ts.reweight(torch.zeros(6), sens, mask)
+    assert torch.equal(out, torch.zeros(6, 5))
+    assert math.isnan(masses["polarity/pos_mass"]) and math.isnan(masses["polarity/neg_mass"])
+    assert math.isnan(ts.metrics["polarity/pos_mass"])
+
+
 def test_evaluation_moves_nothing_and_a_growing_index() -> None:
     ts = eppo_papo()
     run(ts, 2)

@@ -154,6 +154,29 @@ def test_token_advantages_grpo_broadcast_and_dynamic_sampling(tiny) -> None:
     assert keep.tolist() == [True, True, True, False, False, False]  # group 1 all equal
 
 
+@pytest.mark.parametrize(
+    ("algo", "rewards", "expected"),
+    [
+        # group 0 (task a) has reward variance: all 3 episodes carry gradient; group 1 does not
+        ("grpo", (1.0, 0.0, 0.0, 1.0, 1.0, 1.0), {"a": 1.0, "b": 0.0}),
+        # (0.5, 1, 0): the episode at the group mean has advantage 0 and carries nothing
+        ("grpo", (0.5, 1.0, 0.0, 0.0, 0.0, 0.0), {"a": 2 / 3, "b": 0.0}),
+        ("grpo", (0.0,) * 6, {"a": 0.0, "b": 0.0}),
+        # DAPO drops the all-equal group (b); a's group is kept
+        ("dapo", (1.0, 0.0, 0.0, 1.0, 1.0, 1.0), {"a": 1.0, "b": 0.0}),
+    ],
+)
+def test_signal_frac_counts_the_episodes_that_carry_gradient(tiny, algo, rewards, expected):
+    batch = make_batch(tiny, rewards=rewards)
+    cfg = make_cfg(f"algo={algo}", "algorithm.overlong.enabled=false")
+    learner = build_learner(cfg, copy.deepcopy(tiny))
+    metrics = update_step(learner, batch, generator=torch.Generator().manual_seed(0))
+    for name, frac in expected.items():
+        assert metrics[f"task/{name}/signal_frac"] == pytest.approx(frac)
+    if algo == "grpo":  # the rows the update ran (ppo.skip_inert leaves the others out)
+        assert metrics["update/trained_rows_frac"] == pytest.approx(sum(expected.values()) / 2)
+
+
 def test_overlong_penalty_enters_the_rewards(tiny) -> None:
     batch = make_batch(tiny, rewards=(0.0,) * 6)
     cfg = make_cfg("algo=dr_grpo", "algorithm.overlong={enabled: true, max_len: 14, cache_len: 4}")

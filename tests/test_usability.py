@@ -11,7 +11,6 @@ import pytest
 
 from entropace.cli import main
 from entropace.envs.toy import register_letter_envs
-from entropace.train import trainer as trainer_module
 from entropace.train.config import load_config
 from entropace.train.metrics_log import read_metrics
 from entropace.train.trainer import train
@@ -26,27 +25,31 @@ BASE = [
 ]  # fmt: skip
 
 
-def test_progress_bar_shows_the_numbers_of_the_step_it_counts(tmp_path, monkeypatch) -> None:
-    """Every refresh that shows ``k/2`` carries step k's postfix (it showed step k-1's when
-    ``bar.update(1)`` refreshed before ``set_postfix(..., refresh=False)``)."""
+def test_progress_bar_shows_the_numbers_of_the_step_it_names(tmp_path, monkeypatch) -> None:
+    """Every refresh that shows a step's numbers (``step k: letter R ...``) carries step k's
+    row of metrics.jsonl, and the bar counts k finished steps then; the phase named beside it
+    belongs to the step running (k + 1, or k's checkpoint)."""
     import tqdm.auto
+
+    from entropace.train.progress import task_postfix
 
     screen = io.StringIO()
 
     class OnScreen(tqdm.auto.tqdm):  # every refresh written to ``screen``
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs, file=screen, mininterval=0, miniters=1)
+            super().__init__(*args, **{**kwargs, "file": screen}, mininterval=0, miniters=1)
 
     monkeypatch.setattr(tqdm.auto, "tqdm", OnScreen)
     run = tmp_path / "run"
     train(load_config(None, [*BASE, "log.progress=true"]), run)
     rows = read_metrics(run)
-    shown = [s for s in screen.getvalue().split("\r") if re.search(r"\b[12]/2\b", s)]
+    shown = [s for s in screen.getvalue().split("\r") if re.search(r", step [12]: ", s)]
     assert shown, screen.getvalue()
     for line in shown:
-        k = int(re.search(r"\b([12])/2\b", line).group(1))
-        postfix = ", ".join(f"{n}={v}" for n, v in trainer_module._postfix(rows[k - 1]).items())
-        assert line.rstrip().endswith(postfix + "]"), (k, line, postfix)
+        k = int(re.search(r", step ([12]): ", line).group(1))
+        assert line.rstrip().endswith(task_postfix(rows[k - 1], ["letter", "letter2"])), line
+        phase = re.match(r"step (\d)/2 (\w+) ", line)
+        assert phase is None or int(phase.group(1)) in (k, k + 1), line
 
 
 def test_a_refused_rerun_is_not_announced_as_a_run(tmp_path, capsys) -> None:

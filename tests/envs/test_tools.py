@@ -307,7 +307,7 @@ def test_cli_sample_solve_with_the_agentbench_profile(capsys: Any, monkeypatch: 
     )
     assert rc == 0 and out.count("oracle: reward=1 success=True") == 2
     assert "<tool_call>" in out and "Final Answer: #" in out
-    rc, out = _cli(["envs", "list"], capsys, monkeypatch)
+    rc, out = _cli(["envs", "list", "db"], capsys, monkeypatch)
     assert "tools (--interface tools): execute_sql(query), commit_final_answer(answers)" in out
 
 

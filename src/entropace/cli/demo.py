@@ -14,23 +14,41 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
-from entropace.algos.token_stats import token_stats
+if TYPE_CHECKING:  # torch is imported when the demo runs, not when the CLI builds its parser
+    import torch
+    from torch import Tensor
 
 __all__ = ["PolarityRow", "DISTRIBUTIONS", "polarity_check", "format_table", "add_parser"]
 
+
+def _near_flat(vocab: int, gen: torch.Generator) -> Tensor:
+    import torch
+
+    return 0.05 * torch.randn(vocab, generator=gen, dtype=torch.float64)
+
+
+def _random(vocab: int, gen: torch.Generator) -> Tensor:
+    import torch
+
+    return torch.randn(vocab, generator=gen, dtype=torch.float64)
+
+
+def _peaked(vocab: int, gen: torch.Generator) -> Tensor:
+    """One dominant token on top of a random background."""
+    import torch
+
+    background = torch.randn(vocab, generator=gen, dtype=torch.float64)
+    top = torch.randint(vocab, (1,), generator=gen)
+    return background + 10.0 * (torch.arange(vocab) == top).to(torch.float64)
+
+
 # name -> logits generator (vocab, generator) -> [V] float64
 DISTRIBUTIONS: dict[str, Callable[[int, torch.Generator], Tensor]] = {
-    "near-flat": lambda v, g: 0.05 * torch.randn(v, generator=g, dtype=torch.float64),
-    "random": lambda v, g: torch.randn(v, generator=g, dtype=torch.float64),
-    # one dominant token on top of a random background
-    "peaked": lambda v, g: (
-        torch.randn(v, generator=g, dtype=torch.float64)
-        + 10.0 * (torch.arange(v) == torch.randint(v, (1,), generator=g)).to(torch.float64)
-    ),
+    "near-flat": _near_flat,
+    "random": _random,
+    "peaked": _peaked,
 }
 
 # sampled-token choice -> index into the distribution
@@ -65,6 +83,8 @@ def _sign(value: float) -> int:
 
 
 def _entropy(z: Tensor) -> Tensor:
+    import torch
+
     logp = torch.log_softmax(z, dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
@@ -75,6 +95,10 @@ def polarity_check(vocab: int = 1024, eta: float = 0.01, seed: int = 0) -> list[
         raise ValueError(f"vocab must be >= 2, got {vocab}")
     if not eta > 0:
         raise ValueError(f"eta must be > 0, got {eta}")
+    import torch
+
+    from entropace.algos.token_stats import token_stats
+
     gen = torch.Generator().manual_seed(seed)
     rows: list[PolarityRow] = []
     for dist_name, make_logits in DISTRIBUTIONS.items():
@@ -141,7 +165,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     """Register ``entropace demo``."""
     parser = subparsers.add_parser(
         "demo",
-        help="check the entropy-polarity theorem on tabular softmaxes (runs in a second)",
+        help="check the entropy-polarity theorem on tabular softmaxes (a few seconds, most of "
+        "it importing torch)",
         description=(
             "Check the PAPO entropy-polarity theorem on tabular softmaxes: for a few "
             "distributions and sampled tokens, one logit-space step on A log p_y changes the "

@@ -24,14 +24,16 @@ import argparse
 import importlib.metadata
 import json
 import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from entropace.envs import DIFFICULTIES, SPLITS, make, seeds, spec, specs
 from entropace.envs.base import TurnLimit
 from entropace.envs.checks import run_episode
-from entropace.envs.registry import INTERFACES, PROFILES, tool_suite
+from entropace.envs.registry import INTERFACES, PROFILES, EnvSpec, tool_suite
 from entropace.envs.tools import ToolCall, format_tool_call, tool_oracle
 
 
@@ -70,33 +72,73 @@ def _installed(package: str) -> bool:
     return True
 
 
+def _tools_line(name: str) -> str:
+    try:
+        suite = tool_suite(name)
+    except KeyError:
+        return "tools: (text interface only)"
+    calls = ", ".join(
+        f"{t.name}({', '.join(t.parameters.get('properties', {}))})" for t in suite.tools
+    )
+    return f"tools (--interface tools): {calls}"
+
+
+def _requires(s: EnvSpec) -> str:
+    """Packages (missing ones marked) and executables (checked on PATH, with the install hint
+    when missing), or ``nothing extra``."""
+    parts = [f"{p}{'' if _installed(p) else ' (missing)'}" for p in s.requires]
+    for binary, how in s.binaries.items():
+        where = shutil.which(binary)
+        parts.append(f"the {binary} binary ({f'found: {where}' if where else f'missing; {how}'})")
+    return ", ".join(parts) if parts else "nothing extra"
+
+
+def _details(s: EnvSpec) -> list[str]:
+    """A family's lines below its name: options, data, licence, requirements, tools."""
+    lines = [f"--opt {opt}=...  {help_text}" for opt, help_text in s.options.items()]
+    lines += [f"data: {s.data_source}", f"licence: {s.license}", f"requires: {_requires(s)}"]
+    return lines + [_tools_line(s.name)]
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """The families, one line each with what they need; ``--details`` (or names) adds options,
+    data, licence and tools. Families whose details are all the same (the lab's toy tasks)
+    share one block, after the others, each with its own one-line description."""
     out: TextIO = sys.stdout
     families = specs()
+    if args.names:
+        families = {n: spec(n) for n in args.names}  # unknown name -> KeyError (a message)
     if not families:
         print("no environment families are registered", file=out)
         return 0
-    for name, s in families.items():
-        print(f"{name}: {s.description}", file=out)
-        for opt, help_text in s.options.items():
-            print(f"    --opt {opt}=...  {help_text}", file=out)
-        print(f"    data: {s.data_source}", file=out)
-        print(f"    licence: {s.license}", file=out)
-        if s.requires:
-            reqs = ", ".join(f"{p}{'' if _installed(p) else ' (missing)'}" for p in s.requires)
-            print(f"    requires: {reqs}", file=out)
-        else:
-            print("    requires: (nothing extra)", file=out)
-        try:
-            suite = tool_suite(name)
-        except KeyError:
-            print("    tools: (text interface only)", file=out)
-        else:
-            calls = ", ".join(
-                f"{t.name}({', '.join(t.parameters.get('properties', {}))})" for t in suite.tools
-            )
-            print(f"    tools (--interface tools): {calls}", file=out)
-        print(file=out)
+    details = args.details or bool(args.names)
+    blocks: dict[tuple[str, ...], list[EnvSpec]] = {}
+    for s in families.values():
+        blocks.setdefault(tuple(_details(s)), []).append(s)
+    ordered = sorted(blocks.values(), key=lambda group: len(group) > 1)  # single families first
+    wrap = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="        ")
+    if not details:
+        print(
+            "Environment families (options, data, licences, tools: entropace envs list "
+            "--details, or entropace envs list NAME):",
+            file=out,
+        )
+    width = max(len(n) for n in families) + 2
+    brief = textwrap.TextWrapper(width=100, subsequent_indent=" " * (width + 2))
+    for group in ordered:
+        if details:
+            if len(group) > 1:
+                names = ", ".join(g.name for g in group)
+                print(f"{names} (the same options, data and requirements):", file=out)
+            for g in group:
+                print(f"{'  ' if len(group) > 1 else ''}{g.name}: {g.description}", file=out)
+            for line in _details(group[0]):
+                print("\n".join(wrap.wrap(line)), file=out)
+            print(file=out)
+            continue
+        for g in group:
+            print(brief.fill(f"  {g.name:<{width}}{g.description}"), file=out)
+        print(brief.fill(f"  {'':<{width}}requires: {_requires(group[0])}"), file=out)
     return 0
 
 
@@ -186,21 +228,26 @@ def typed_call_error(text: str, tools: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _read_actions(stream: TextIO, oneline: bool) -> Iterator[str]:
-    """Actions typed by a person: one per line, or lines until an empty line (multi-line)."""
-    if oneline:
-        for line in stream:
-            yield line.rstrip("\n")
-        return
+def read_actions(stream: TextIO, multiline: bool = False) -> Iterator[str]:
+    """Actions typed by a person. By default one line is one action, and a line ending in a
+    backslash continues on the next (the lines joined by newlines, the backslash dropped, as in
+    a shell); blank lines are skipped. ``multiline``: lines up to an empty line are one action
+    (for pasting a multi-line script or a model's whole reply)."""
     lines: list[str] = []
-    for line in stream:
-        line = line.rstrip("\n")
-        if line.strip():
-            lines.append(line)
-        elif lines:
-            yield "\n".join(lines)
+    for raw in stream:
+        line = raw.rstrip("\n").rstrip("\r")
+        if multiline:
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+        elif line.endswith("\\"):
+            lines.append(line[:-1])
+        elif lines or line.strip():
+            yield "\n".join([*lines, line])
             lines = []
-    if lines:  # EOF right after an action without its empty line: still send it
+    if lines:  # input closed in the middle of an action: still send what was typed
         yield "\n".join(lines)
 
 
@@ -216,7 +263,11 @@ def cmd_play(args: argparse.Namespace) -> int:
         _print_tools(tools, out)
     print("--- observation ---", file=out)
     print(obs, file=out)
-    how = "one line per action" if args.oneline else "end each action with an empty line"
+    how = (
+        "end each action with an empty line"
+        if args.multiline
+        else "one line per action; end a line with \\ to continue the action on the next"
+    )
     hint = ""
     if tools is not None:
         hint = "a tool call as: " + " or ".join(call_example(t) for t in tools)
@@ -225,7 +276,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     total, success, turn = 0.0, False, 0
     ended = False
     names = [t["function"]["name"] for t in tools or []]
-    for action in _read_actions(sys.stdin, args.oneline):
+    for action in read_actions(sys.stdin, args.multiline):
         if tools is not None:
             problem = typed_call_error(action, tools)
             if problem is not None:  # said here; the environment is not stepped
@@ -331,15 +382,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="envs_command", metavar="ACTION")
     sub.required = True
 
-    p_list = sub.add_parser("list", help="families with options, data source, licence")
+    p_list = sub.add_parser(
+        "list", help="the families and what they need (--details: options, data, licence)"
+    )
+    p_list.add_argument("names", nargs="*", metavar="NAME", help="only these families (details)")
+    p_list.add_argument(
+        "--details", action="store_true", help="options, data source, licence and tools"
+    )
     p_list.set_defaults(func=_guarded(cmd_list))
 
     p_play = sub.add_parser("play", help="play one instance in the terminal (actions on stdin)")
     _env_args(p_play)
     p_play.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
     p_play.add_argument(
-        "--oneline", action="store_true", help="one line per action (default: end with empty line)"
+        "--multiline",
+        action="store_true",
+        help="an action is the lines up to an empty line (to paste a script or a whole reply); "
+        "default: one line per action, a line ending in \\ continues on the next",
     )
+    p_play.add_argument("--oneline", action="store_true", help=argparse.SUPPRESS)  # the default
     p_play.set_defaults(func=_guarded(cmd_play))
 
     p_sample = sub.add_parser("sample", help="print instances with gold answers")

@@ -116,18 +116,27 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"done: {run_dir}", file=sys.stderr)
+    summary = None
     if cfg.log.report and not args.no_report:
         try:
-            write_report(run_dir)
+            summary = write_report(run_dir)
         except Exception as err:  # training is done and saved; say what failed
             print(f"entropace train: the report failed: {err!r}", file=sys.stderr)
             return 1
+    try:
+        screen = end_screen(run_dir, summary)
+    except Exception as err:  # training is done and saved; say what failed
+        print(f"entropace train: the end-of-run summary failed: {err!r}", file=sys.stderr)
+        return 1
+    print("\n" + screen)
     return 0
 
 
 def write_report(run_dir: Path) -> Path | None:
     """``entropace.report.write_report([run_dir], run_dir / "report")`` when available."""
     try:
+        import matplotlib  # noqa: F401
+
         from entropace.report import write_report as _write
     except ImportError as err:
         print(f"no report: {err} (pip install 'entropace[train]')", file=sys.stderr)
@@ -137,3 +146,22 @@ def write_report(run_dir: Path) -> Path | None:
     summary = _write([run_dir], make_dir(run_dir / "report"))  # RUN/report: not a symlink
     print(f"report: {summary}", file=sys.stderr)
     return summary
+
+
+def end_screen(run_dir: Path, summary: Path | None) -> str:
+    """What the run did, per task, and what to do next
+    (:func:`entropace.report.overview.format_screen`): from the ``overview`` the report wrote
+    into ``summary.json`` (the same numbers as the report), or computed from the run's
+    ``metrics.jsonl`` when no report was written."""
+    import json
+
+    from entropace.report.overview import RunOverview, format_screen
+    from entropace.report.runs import load_run
+    from entropace.report.summary import overview_of
+
+    if summary is not None:
+        machine = json.loads((summary.parent / "summary.json").read_text(encoding="utf-8"))
+        (entry,) = machine["runs"].values()
+        overview = RunOverview.from_dict(entry["overview"])
+        return format_screen(overview, report_dir=summary.parent, figures=machine["figures"])
+    return format_screen(overview_of(load_run(run_dir)), report_dir=None)

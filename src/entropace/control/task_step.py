@@ -25,7 +25,7 @@ engine adapter calls, once per training step (one generation batch):
    - the batch: ``entropy``, ``reward``, ``success``, ``abnormal``, ``response_tokens``;
    - PAPO: ``polarity/{w_plus, w_minus, u, rho}`` and, after :meth:`reweight`,
      ``polarity/{pos_mass, neg_mass}`` (shares of ``sum |A|`` on ``P > 0`` / ``P < 0``
-     tokens, before reweighting).
+     tokens, before reweighting; NaN when ``sum |A| = 0``: no share is defined).
 
 State: :meth:`TaskStep.state_dict` is the one controller-state format every engine writes (our
 trainer's ``state.json["controller"]``, the TRL plug-in's ``entropace_state.json``, the verl
@@ -284,8 +284,8 @@ class TaskStep:
                 factor = (total / after) / (local_total / local_after)
                 out = torch.where(keep, out * factor, out)
         masses = {
-            "polarity/pos_mass": pos / total if total > 0 else 0.0,
-            "polarity/neg_mass": neg / total if total > 0 else 0.0,
+            "polarity/pos_mass": pos / total if total > 0 else math.nan,  # no |A|: undefined
+            "polarity/neg_mass": neg / total if total > 0 else math.nan,
         }
         self.metrics.update(masses)
         return out, masses

@@ -30,6 +30,8 @@ class EnvSpec:
         data_source: where the family's data comes from.
         license: the licence(s) of that data.
         requires: pip packages the family needs (named in the error when missing).
+        binaries: executables the family runs -> how to install them (``entropace envs list``
+            checks that each is on PATH).
         splits: the splits whose seeds draw content-disjoint instances
             (:mod:`entropace.envs.splits`): ``("train", "test")`` by default; a family with
             held-out units adds ``"test_unseen"``. ``entropace eval`` reports the others as
@@ -52,6 +54,7 @@ class EnvSpec:
     data_source: str = "generated"
     license: str = "n/a"
     requires: tuple[str, ...] = ()
+    binaries: dict[str, str] = field(default_factory=dict)
     splits: tuple[str, ...] = ("train", "test")
     pools: Callable[[str], dict[str, int]] | None = None
     prior: Callable[..., Policy] | None = None

@@ -15,7 +15,19 @@ import numpy as np
 
 from entropace._files import atomic_write
 from entropace.diagnostics import ema_smooth
-from entropace.report.runs import RunData, Series
+from entropace.report.lines import (
+    eval_tasks,
+    line,
+    on_run_steps,
+    pacer_limits,
+    plot_eps,
+    plot_eval,
+    plot_keys,
+    plot_task_field,
+    task_colours,
+    task_styles,
+)
+from entropace.report.runs import RunData
 
 __all__ = [
     "FigureSpec",
@@ -24,11 +36,14 @@ __all__ = [
     "draw_figure",
     "figures",
     "render_figure",
+    "pacer_limits",
     "task_colours",
+    "task_styles",
 ]
 
-# A panel draws one run into one axes and returns False if the run has none of its data.
-PanelFn = Callable[["object", RunData, dict[str, str]], bool]
+# A panel draws one run into one axes and returns False if the run has none of its data; the
+# third argument is the figure's :func:`task_styles`.
+PanelFn = Callable[["object", RunData, dict[str, dict[str, Any]]], bool]
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,8 @@ class Panel:
     draw: PanelFn
     has_data: Callable[[RunData], bool]
     caption: str = ""
+    ylabel: str = ""
+    ylim: tuple[float, float] | None = None  # fixed y range (rates in [0, 1])
 
 
 @dataclass(frozen=True)
@@ -67,67 +84,30 @@ class FigureSpec:
         return f"{self.caption} {'; '.join(parts)}."
 
 
-#: Series with fewer points than this are drawn with markers (a single point is invisible as
-#: a line; a few are easier to read as dots).
-MARKERS_BELOW = 25
-
-
-def _line(ax, steps: np.ndarray, values: np.ndarray, **kwargs) -> None:
-    """``ax.plot`` with markers for short series (a 1-step run's single point shows)."""
-    if len(steps) < MARKERS_BELOW:
-        kwargs.setdefault("marker", "o")
-        kwargs.setdefault("markersize", 3.5)
-    ax.plot(steps, values, **kwargs)
-
-
-def task_colours(runs: Sequence[RunData]) -> dict[str, str]:
-    """The same colour for a task in every run and figure."""
-    tasks = sorted({t for run in runs for t in run.tasks})
-    cycle = [f"C{i % 10}" for i in range(len(tasks))]
-    return dict(zip(tasks, cycle))
-
-
-def _plot_task_field(ax, run: RunData, colours: dict[str, str], name: str) -> bool:
-    drawn = False
-    for task in run.tasks:
-        s = run.task_series(task, name)
-        if s is None or not len(s.finite()):
-            continue
-        f = s.finite()
-        _line(ax, f.steps, f.values, color=colours.get(task, "k"), label=task)
-        drawn = True
-    return drawn
-
-
-def _plot_keys(ax, run: RunData, keys: Sequence[str]) -> bool:
-    drawn = False
-    for i, key in enumerate(keys):
-        s = run.get(key)
-        if s is None or not len(s.finite()):
-            continue
-        f = s.finite()
-        _line(ax, f.steps, f.values, color=f"C{i}", label=key)
-        drawn = True
-    return drawn
-
-
 def entropy_panel(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) -> Panel:
-    """Per-task entropy: raw (thin) and EMA-smoothed (thick), crossovers marked with x."""
+    """Per-task entropy: raw (thin) with its first and last values as dots (the numbers of
+    the report's table), EMA-smoothed (thick, the curves the crossovers are counted on),
+    crossovers marked with x."""
 
-    def draw(ax, run: RunData, colours: dict[str, str]) -> bool:
+    def draw(ax, run: RunData, styles: dict[str, dict[str, Any]]) -> bool:
         drawn = False
         for task in run.tasks:
             s = run.task_series(task, "entropy")
             if s is None or not len(s.finite()):
                 continue
             f = s.finite()
-            c = colours.get(task, "k")
+            c = styles.get(task, {}).get("color", "k")
             if ema is not None:
-                ax.plot(f.steps, f.values, color=c, alpha=0.3, linewidth=0.8)
+                raw = on_run_steps(run, s)
+                ax.plot(raw.steps, raw.values, color=c, alpha=0.45, linewidth=0.9)
                 smooth = ema_smooth(f.values, ema)
-                _line(ax, f.steps, smooth, color=c, label=task, linewidth=1.8)
+                line(ax, f.steps, smooth, color=c, label=task, linewidth=1.8)
+                ends = [0, len(f) - 1]
+                ax.plot(f.steps[ends], f.values[ends], linestyle="none", marker="o",
+                        markersize=4, color=c)  # fmt: skip
             else:
-                _line(ax, f.steps, f.values, color=c, label=task)
+                raw = on_run_steps(run, s)
+                line(ax, raw.steps, raw.values, color=c, label=task)
             drawn = True
         marks = crossings.get(run.name, [])
         if marks:
@@ -135,60 +115,35 @@ def entropy_panel(ema: float | None, crossings: dict[str, list[tuple[int, float]
             ax.scatter(xs, ys, marker="x", color="k", s=40, zorder=5, label="crossover")
         return drawn
 
-    title = "task entropy h_k" + (f" (EMA {ema})" if ema is not None else "")
-    return Panel(title, draw, _has_task_field("entropy"))
+    title = "task entropy h_k" + (f" (thick: EMA {ema})" if ema is not None else "")
+    return Panel(title, draw, _has_task_field("entropy"), ylabel="entropy (nats)")
 
 
-def _task_panel(title: str, name: str, caption: str = "") -> Panel:
+#: The y range of a panel of rates (shares in [0, 1]), with room for the markers.
+RATE = (-0.05, 1.05)
+
+
+def _task_panel(
+    title: str, name: str, caption: str = "", ylabel: str = "",
+    ylim: tuple[float, float] | None = None,
+) -> Panel:  # fmt: skip
     return Panel(
         title,
-        lambda ax, run, colours: _plot_task_field(ax, run, colours, name),
+        lambda ax, run, styles: plot_task_field(ax, run, styles, name),
         _has_task_field(name),
         caption,
+        ylabel,
+        ylim,
     )
 
 
-Points = tuple[tuple[int, ...], tuple[float, ...]]
-
-
-def _points(s: Series | None) -> Points:
-    """A series' finite ``(steps, values)`` as hashable tuples (empty for None)."""
-    if s is None:
-        return (), ()
-    f = s.finite()
-    return tuple(f.steps.tolist()), tuple(f.values.tolist())
-
-
-def _eps_panel(ax, run: RunData, colours: dict[str, str]) -> bool:
-    """eps_low solid, eps_high dashed, per task. Tasks with identical bounds at every step (a
-    fixed clip, EPPO's warmup) share one pair of lines labelled with their names (``all
-    tasks``) and, when constant, the value; equal eps_low and eps_high are one line."""
-    groups: dict[tuple[Points, Points], list[str]] = {}
-    for task in run.tasks:
-        lo = _points(run.task_series(task, "eps_low"))
-        hi = _points(run.task_series(task, "eps_high"))
-        if lo[0] or hi[0]:
-            groups.setdefault((lo, hi), []).append(task)
-    for (lo, hi), tasks in groups.items():
-        colour = colours.get(tasks[0], "k") if len(tasks) == 1 else "k"
-        label = "all tasks" if len(tasks) == len(run.tasks) > 1 else ", ".join(tasks)
-        same = lo == hi
-        constant = [sorted(set(part[1])) for part in ((lo,) if same else (lo, hi)) if part[0]]
-        if all(len(c) == 1 for c in constant):
-            label += " (fixed " + " / ".join(f"{c[0]:g}" for c in constant) + ")"
-        if lo[0]:
-            _line(ax, np.asarray(lo[0]), np.asarray(lo[1]), color=colour,
-                  label=f"{label}: eps_low = eps_high" if same else label)  # fmt: skip
-        if hi[0] and not same:
-            _line(ax, np.asarray(hi[0]), np.asarray(hi[1]), color=colour, linestyle="--",
-                  label=None if lo[0] else label)  # fmt: skip
-    return bool(groups)
-
-
-def _keys_panel(title: str, keys: Sequence[str], caption: str = "") -> Panel:
+def _keys_panel(
+    title: str, keys: Sequence[str], caption: str = "", ylabel: str = "", every_step: bool = True
+) -> Panel:
     return Panel(
-        title, lambda ax, run, colours: _plot_keys(ax, run, keys), _has_keys(*keys), caption
-    )
+        title, lambda ax, run, styles: plot_keys(ax, run, keys, every_step), _has_keys(*keys),
+        caption, ylabel,
+    )  # fmt: skip
 
 
 def _has_task_field(*names: str) -> Callable[[RunData], bool]:
@@ -218,7 +173,7 @@ def _paired(run: RunData, x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarra
     return x[keep], y[keep]
 
 
-def _first_order_panel(ax, run: RunData, colours: dict[str, str]) -> bool:
+def _first_order_panel(ax, run: RunData, styles: dict[str, dict[str, Any]]) -> bool:
     """Polarity audit: ``|dH - dH_lin|`` against the logit step per audited step (log-log),
     with a slope-2 guide through the median point (the Taylor remainder is quadratic)."""
     x, y = _paired(run, "audit/logit_step_norm", "audit/first_order_error")
@@ -251,6 +206,7 @@ def audit_figure() -> FigureSpec:
         "audit: first-order error |dH - dH_lin|",
         _first_order_panel,
         _has_keys("audit/first_order_error"),
+        ylabel="|dH - dH_lin|",
     )
     return FigureSpec(
         "audit.png",
@@ -258,20 +214,40 @@ def audit_figure() -> FigureSpec:
         "realised dH (P != 0 tokens; 0.5 = chance), mean realised dH per branch, the probe's "
         "branch-restricted steps, and the first-order error against the step size.",
         (
-            _keys_panel("audit: P vs realised dH", AUDIT_AGREEMENT),
-            _keys_panel("audit: mean realised dH", AUDIT_REALISED),
-            _keys_panel("audit: probe dH (one step per branch)", AUDIT_PROBE),
+            _keys_panel(
+                "audit: P vs realised dH", AUDIT_AGREEMENT, ylabel="agreement", every_step=False
+            ),
+            _keys_panel(
+                "audit: mean realised dH", AUDIT_REALISED, ylabel="dH (nats)", every_step=False
+            ),
+            _keys_panel(
+                "audit: probe dH (one step per branch)",
+                AUDIT_PROBE,
+                ylabel="dH (nats)",
+                every_step=False,
+            ),
             first_order,
         ),
     )
 
 
+def _has_eval(run: RunData) -> bool:
+    return any(len(run.series[f"eval/{t}/success"].finite()) for t in eval_tasks(run))
+
+
 def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) -> list[FigureSpec]:
     """The report's figures, in order."""
+    smoothing = (
+        f"thin: raw, dots: its first and last values (the summary's entropy start / end); "
+        f"thick: EMA {ema}, which lags the raw curve by about {1 / (1 - ema):.0f} steps"
+        if ema is not None
+        else "unsmoothed"
+    )
     return [
         FigureSpec(
             "entropy.png",
-            "Per-task entropy; x marks a crossover (two EMA-smoothed curves change order).",
+            f"Per-task entropy ({smoothing}); x marks a crossover (two smoothed curves change "
+            "order).",
             (entropy_panel(ema, crossings),),
         ),
         FigureSpec(
@@ -280,30 +256,73 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
             (
                 Panel(
                     "clip eps_k",
-                    _eps_panel,
+                    plot_eps,
                     _has_task_field("eps_low", "eps_high"),
                     "clip bounds per task (solid eps_low, dashed eps_high; tasks with the same "
-                    "bounds at every step share one line, labelled with the value when fixed)",
+                    "bounds at every step share one line, labelled with the value when fixed; "
+                    "grey dotted: EPPO's floor and ceiling of eps_low)",
+                    "clip eps",
                 ),
-                _task_panel("pace z-score z_k", "pace_z", "EPPO's pace z-score z_k per task"),
+                _task_panel(
+                    "pace z-score z_k", "pace_z", "EPPO's pace z-score z_k per task", "z_k"
+                ),
                 _keys_panel(
                     "BAPO ratio bounds (last search)",
                     ["bapo/c_low", "bapo/c_high"],
                     "BAPO's ratio bounds of the last search",
+                    "ratio bound",
                 ),
             ),
         ),
         FigureSpec(
             "success.png",
-            "Per-task success rate of the rollout batch.",
-            (_task_panel("task success", "success"),),
+            "Per task (tasks with equal values at every step share one black line, "
+            "labelled db = kg):",
+            (
+                Panel(
+                    "held-out success (greedy)",
+                    plot_eval,
+                    _has_eval,
+                    "held-out greedy success eval/<k>/success (step 0: before the first update)",
+                    "success rate",
+                    RATE,
+                ),
+                _task_panel(
+                    "rollout success",
+                    "success",
+                    "success rate of each step's rollouts",
+                    "success rate",
+                    RATE,
+                ),
+                _task_panel(
+                    "rollout reward",
+                    "reward",
+                    "mean episode reward of each step's rollouts",
+                    "reward",
+                ),
+                _task_panel(
+                    "learning signal",
+                    "signal_frac",
+                    "share of the task's episodes with a non-zero advantage (0: the "
+                    "task got no gradient that step)",
+                    "share of episodes",
+                    RATE,
+                ),
+            ),
         ),
         FigureSpec(
             "polarity.png",
-            "PAPO: share of sum|A| on P>0 / P<0 tokens (before reweighting) and branch weights.",
+            "PAPO: share of sum|A| on P>0 / P<0 tokens (before reweighting; a gap where no "
+            "token had a non-zero advantage) and branch weights.",
             (
-                _keys_panel("polarity branch mass", ["polarity/pos_mass", "polarity/neg_mass"]),
-                _keys_panel("branch weights", ["polarity/w_plus", "polarity/w_minus"]),
+                _keys_panel(
+                    "polarity branch mass",
+                    ["polarity/pos_mass", "polarity/neg_mass"],
+                    ylabel="share of sum|A|",
+                ),
+                _keys_panel(
+                    "branch weights", ["polarity/w_plus", "polarity/w_minus"], ylabel="weight"
+                ),
             ),
         ),
         audit_figure(),
@@ -311,12 +330,14 @@ def figures(ema: float | None, crossings: dict[str, list[tuple[int, float]]]) ->
             "training.png",
             "Global training signals.",
             (
-                _keys_panel("reward / success", ["reward", "success"]),
-                _keys_panel("batch entropy", ["entropy"]),
-                _keys_panel("loss", ["loss"]),
-                _keys_panel("grad norm", ["grad_norm"]),
-                _keys_panel("clip fraction", ["clip_frac_low", "clip_frac_high"]),
-                _keys_panel("KL", ["approx_kl", "kl"]),
+                _keys_panel("reward / success", ["reward", "success"], ylabel="mean per episode"),
+                _keys_panel("batch entropy", ["entropy"], ylabel="entropy (nats)"),
+                _keys_panel("loss", ["loss"], ylabel="loss"),
+                _keys_panel("grad norm", ["grad_norm"], ylabel="L2 norm"),
+                _keys_panel(
+                    "clip fraction", ["clip_frac_low", "clip_frac_high"], ylabel="share of tokens"
+                ),
+                _keys_panel("KL", ["approx_kl", "kl"], ylabel="KL (nats)"),
             ),
         ),
     ]
@@ -335,7 +356,7 @@ def render_figure(spec: FigureSpec, runs: Sequence[RunData]) -> Any:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    colours = task_colours(runs)
+    styles = task_styles(runs)
     panels = spec.drawn(runs)  # drop empty rows
     nrows, ncols = len(panels), len(runs)
     height = 3.2 * nrows
@@ -354,13 +375,22 @@ def render_figure(spec: FigureSpec, runs: Sequence[RunData]) -> Any:
         for row, panel in enumerate(panels):
             ax = axes[row, col]
             ax.set_title(f"{run.name}: {panel.title}", fontsize=9)
-            if panel.draw(ax, run, colours):
+            if panel.ylabel:
+                ax.set_ylabel(panel.ylabel, fontsize=8)
+            if panel.ylim is not None:
+                ax.set_ylim(*panel.ylim)
+            if panel.draw(ax, run, styles):
                 ax.legend(fontsize=7, loc="best", framealpha=0.7)
                 ax.grid(alpha=0.3)
             else:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
             if not ax.get_xlabel():  # a panel may name its own x axis; steps are integers
                 lo, hi = ax.get_xlim()
+                if run.steps.size:  # every panel of a run spans its steps (gaps show as such)
+                    first, last = float(run.steps[0]), float(run.steps[-1])
+                    pad = 0.03 * (last - first)
+                    lo, hi = min(lo, first - pad), max(hi, last + pad)
+                    ax.set_xlim(lo, hi)
                 if hi - lo < 2:  # a 1-step run: one step each side, integer ticks
                     ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -32,6 +32,7 @@ from entropace.diagnostics import (
     spike_amplitude,
     trend_r2,
 )
+from entropace.report.overview import overview_blocks, run_overview
 from entropace.report.plots import draw_figure, figures
 from entropace.report.runs import RunData, load_run
 
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_CROSSOVER_EMA",
     "PaceDiagnostics",
     "audit_summary",
+    "overview_of",
     "pace_diagnostics",
     "write_report",
 ]
@@ -96,12 +98,22 @@ def pace_diagnostics(run: RunData, *, crossover_ema: float | None = DEFAULT_CROS
     if spiky:
         diag.spike_amplitude = spike_amplitude(spiky)
     for t, (_, v) in curves.items():
+        smooth = ema_smooth(v, crossover_ema) if crossover_ema is not None else v
         diag.per_task[t] = {
             "trend_r2": r2_log_fit(v, task=t) if v.size >= 2 else None,
             "spike": max_rise(v, task=t) / v[0] if v[0] > 0 else None,
+            "first_entropy": float(v[0]),
             "last_entropy": float(v[-1]),
+            "last_entropy_ema": float(smooth[-1]),  # where entropy.png's thick line ends
         }
     return diag
+
+
+def overview_of(run: RunData, *, crossover_ema: float | None = DEFAULT_CROSSOVER_EMA):
+    """The run's :class:`~entropace.report.overview.RunOverview` (the report's "What happened"
+    and ``entropace train``'s end screen) on its :func:`pace_diagnostics`."""
+    diag = pace_diagnostics(run, crossover_ema=crossover_ema)
+    return run_overview(run, diag, ema=crossover_ema)
 
 
 # ----------------------------------------------------------------------- document rendering
@@ -256,7 +268,12 @@ def write_report(
     diags = {run.name: pace_diagnostics(run, crossover_ema=crossover_ema) for run in data}
 
     ema_txt = f"EMA {crossover_ema}" if crossover_ema is not None else "no smoothing"
+    overviews = {
+        n: run_overview(r, diags[n], ema=crossover_ema) for n, r in ((r.name, r) for r in data)
+    }
     blocks: list[Block] = [("h", 1, "entropace report")]
+    for ov in overviews.values():  # what a newcomer reads first (also train's end screen)
+        blocks += overview_blocks(ov)
     blocks.append(("h", 2, "Runs"))
     blocks.append(
         (
@@ -306,6 +323,7 @@ def write_report(
                     pt.get("trend_r2"),
                     pt.get("spike"),
                     pt.get("last_entropy"),
+                    pt.get("last_entropy_ema"),
                     _last_mean(run, f"task/{task}/success"),
                     _last_mean(run, f"task/{task}/eps_low", 1),
                 ]
@@ -315,13 +333,25 @@ def write_report(
         blocks.append(
             (
                 "p",
-                "success: mean of the last 5 logged values; eps_low: last value.",
+                "last entropy: the raw value at the task's last step (where entropy.png's "
+                f"thin line ends) and the {ema_txt} value (where its thick line ends); success: "
+                "mean of the rollouts' success over the last 5 logged steps; eps_low: last "
+                "value.",
             )
         )
         blocks.append(
             (
                 "table",
-                ["run", "task", "trend R^2", "spike", "last entropy", "success", "eps_low"],
+                [
+                    "run",
+                    "task",
+                    "trend R^2",
+                    "spike",
+                    "last entropy",
+                    "last entropy (smoothed)",
+                    "success",
+                    "eps_low",
+                ],  # fmt: skip
                 task_rows,
             )
         )
@@ -381,6 +411,7 @@ def write_report(
                 "spike_amplitude": diags[n].spike_amplitude,
                 "per_task": diags[n].per_task,
                 "audit": audits[n],
+                "overview": overviews[n].to_dict(),
             }
             for n, r in ((r.name, r) for r in data)
         },

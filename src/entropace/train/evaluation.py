@@ -8,6 +8,11 @@ top-p), with the run's rollout limits. The held-out splits (:mod:`entropace.envs
 ``train``) and ``test_unseen`` (held-out units: floor plans, task kinds, categories, ...),
 for the families that offer it (:attr:`~entropace.envs.registry.EnvSpec.splits`); the others
 are reported as n/a (``None``).
+
+Cost: one episode per task, seed and split (``--n 20`` on ``db,kg,reasoning``: 100 episodes,
+since ``reasoning`` has no ``test_unseen``), generated with the run's rollout limits and torch
+threads (:func:`entropace.train.threads.plan_threads`, as its trainer); measured times are in
+``entropace eval --help``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
 from entropace.train.held_out import held_out_episodes, per_task_summary
 from entropace.train.policy import build_model
+from entropace.train.threads import plan_threads, torch_threads
 
 #: The held-out splits ``evaluate`` reports by default.
 HELD_OUT: tuple[str, ...] = ("test", "test_unseen")
@@ -82,16 +88,19 @@ def evaluate(
         raise FileNotFoundError(f"no checkpoint under {run_dir / 'checkpoints'}")
     model, tokenizer, _ = build_model(cfg.model)
     state = load_checkpoint(path, model=model, restore_rng=False)
+    n_params = sum(p.numel() for p in model.parameters())
+    threads = plan_threads(cfg.threads, n_params=n_params, processes=1)  # as the run's trainer
 
     records: list[dict[str, Any]] = []
     for sp in splits:
         factories = {t: cfg.tasks.env_factory(t) for t in tasks if has_split(t, sp)}
         if not factories:
             continue
-        episodes = held_out_episodes(
-            model, tokenizer, cfg.rollout, factories, [int(s) for s in seeds(sp, n)],  # type: ignore[arg-type]
-            do_sample=do_sample, batch_size=batch_size, seed=seed,
-        )  # fmt: skip
+        with torch_threads(threads.learner):
+            episodes = held_out_episodes(
+                model, tokenizer, cfg.rollout, factories, [int(s) for s in seeds(sp, n)],  # type: ignore[arg-type]
+                do_sample=do_sample, batch_size=batch_size, seed=seed,
+            )  # fmt: skip
         records += [{**r, "split": sp} for r in episodes]
 
     by_split = {sp: _summarise(tasks, [r for r in records if r["split"] == sp]) for sp in splits}

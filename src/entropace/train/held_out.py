@@ -36,13 +36,18 @@ def held_out_episodes(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One episode per task of ``factories`` and seed of ``seeds``; one record per episode:
-    ``{"task", "seed", "success", "reward", "abnormal", "end_reason", "scores", "actions"}``."""
+    ``{"task", "seed", "success", "reward", "abnormal", "end_reason", "scores", "actions"}``.
+
+    Cost: one episode per (task, seed), with the run's rollout limits; the first prompts of a
+    task share their common prefix (``rollout.share_prefix``) and no statistics pass runs."""
     from entropace.rollout import RolloutRequest, collect_rollouts
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     tasks = list(factories)
-    cfg = dataclasses.replace(rollout_cfg, do_sample=do_sample)
+    # the token statistics of an evaluation are never read: take them from generation's own
+    # logits (no second forward pass over the trajectories when the run recomputes them)
+    cfg = dataclasses.replace(rollout_cfg, do_sample=do_sample, stats_from_generation=True)
     requests = [
         RolloutRequest(task=task, env=factories[task], seed=int(s), group_id=i)
         for i, (task, s) in enumerate((t, s) for t in tasks for s in seeds)

@@ -9,6 +9,9 @@ Each step (1-based)::
     writer.write(step, metrics)                     # metrics.jsonl + log.trackers
     save_checkpoint(...) every log.checkpoint_every steps, at the end, and on SIGINT/SIGTERM
 
+``progress.phase(name, step)`` marks where the step is (rollout, update, eval, checkpoint) and
+``progress.step_done(row)`` shows its per-task numbers (:mod:`entropace.train.progress`).
+
 The rollouts come from :mod:`entropace.train.pipeline`: generated in this process right when
 the step asks for them (``rollout.mode: sync``), or by a worker process that generates up to
 ``rollout.max_staleness`` versions ahead while the learner updates (``async``); each job's
@@ -66,6 +69,7 @@ from entropace.train.metrics_log import MetricsWriter
 from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline, restored_outputs
 from entropace.train.policy import MODEL_LOADERS, build_model, resolve_device  # noqa: F401
 from entropace.train.preflight import check_prompt_budget
+from entropace.train.progress import Progress
 from entropace.train.rundir import (  # noqa: F401 (re-export)
     RUN_FILES,
     RunDirError,
@@ -277,21 +281,6 @@ def start_audit(cfg: TrainConfig, model: Any, batch: Any, step: int) -> Training
     )  # fmt: skip
 
 
-def _progress(cfg: TrainConfig, start: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=cfg.steps, initial=start, disable=not cfg.log.progress, desc="train", unit="step"
-    )
-
-
-def _postfix(row: dict[str, Any]) -> dict[str, str]:
-    keys = {"reward": "R", "success": "succ", "entropy": "H", "loss": "loss", "time/step": "s"}
-    return {
-        short: f"{row[k]:.3g}" for k, short in keys.items() if isinstance(row.get(k), int | float)
-    }
-
-
 def _check_warm_start(saved: Any, warm: Any, path: Path) -> None:
     """A resumed run must start from the warm start it was started from (its weights' sha256,
     recorded in the checkpoint): the KL reference and a LoRA run's base are those weights."""
@@ -418,13 +407,15 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
             extra=extra,
         )  # fmt: skip
 
-    bar = _progress(cfg, start)
+    progress = Progress(total=cfg.steps, start=start, tasks=cfg.tasks.names,
+                        enabled=cfg.log.progress)  # fmt: skip
     stop = StopRequest()
     step = start
     weights = trainable_weights(model)
     try:
         with stop_handlers(stop), torch_threads(threads.learner):
             if not resume and cfg.eval.every:  # the policy the run starts from, as step 0
+                progress.phase("eval", 0)
                 t_eval = time.perf_counter()
                 row = held_out_metrics(model, tokenizer, cfg)
                 writer.write(0, {**row, "time/eval": time.perf_counter() - t_eval})
@@ -438,6 +429,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                     t_step = time.perf_counter()
                     seed = step_seed(cfg, step)
                     model.eval()
+                    progress.phase("rollout", step)
                     output, pipe_metrics = pipeline.next(step)  # waits for the worker
                     rollout = output.result
                     if step == start + 1:  # prompts vs rollout.max_episode_tokens (preflight)
@@ -446,6 +438,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                     batch = rollout.batch.to(device)
                     if output.version < step - 1:  # older weights than the learner's: the
                         batch.off_policy = True  # update's proximal pass (ALGORITHMS.md 9)
+                    progress.phase("update", step)
                     audit = start_audit(cfg, model, batch, step)  # None unless audited
                     t_update = time.perf_counter()
                     generator = torch.Generator().manual_seed(seed)
@@ -474,18 +467,19 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                     if output.worker_peak_rss_mib is not None:
                         metrics["memory/worker_peak_rss_mib"] = output.worker_peak_rss_mib
                     if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
+                        progress.phase("eval", step)
                         t_eval = time.perf_counter()
                         metrics.update(held_out_metrics(model, tokenizer, cfg))
                         metrics["time/eval"] = time.perf_counter() - t_eval
                     row = writer.write(step, metrics)
-                    bar.set_postfix(_postfix(row), refresh=False)  # shown by the update's refresh
-                    bar.update(1)
+                    progress.step_done(row)
                     every = cfg.log.checkpoint_every
                     if (every and step % every == 0) or step == cfg.steps or stop.signal:
+                        progress.phase("checkpoint", step)
                         checkpoint(step)
                     if stop.signal:
                         break
     finally:
-        bar.close()
+        progress.close()
         writer.close()
     return TrainResult(run_dir=run_dir, last_step=step, stopped_by=stop.signal)

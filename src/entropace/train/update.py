@@ -16,6 +16,7 @@ log-probs, entropies and PAPO sensitivities at the sampling temperature), :func:
     (batch mean entropy -> ``w_plus, w_minus``), and the rollout's metrics;
 (b) advantages per trajectory (the registered estimator; DAPO's overlong penalty first), DAPO's
     dynamic-sampling filter, broadcast to masked tokens, optional AgentRL task normalisation;
+    each task's share of episodes that carry gradient (``task/<k>/signal_frac``);
 (c) PAPO: polarity ``P_t = A_t S_t`` from the recorded sensitivities, branch masses, then
     ``polarity_reweight`` (sum |A| preserved): :meth:`TaskStep.reweight`;
 (d) per-trajectory clip bounds from the per-task bounds: :meth:`TaskStep.row_bounds`;
@@ -118,6 +119,25 @@ def token_advantages(batch: RolloutBatch, cfg: TrainConfig) -> tuple[Tensor, Ten
     return adv_tok, keep
 
 
+def signal_metrics(
+    adv: Tensor, keep: Tensor, task_ids: Tensor, names: list[str]
+) -> dict[str, float]:
+    """``task/<k>/signal_frac``: the share of task k's episodes that carry a learning signal,
+    i.e. are kept (DAPO's filter) and have a non-zero advantage on some token, from the
+    advantages ``adv [B, L]``, ``keep [B]`` and ``task_ids [B]``. With group-relative
+    advantages (GRPO, RLOO, ...) it is the share of episodes in groups whose rewards are not
+    all equal: a task at 0 on every step got no gradient, whatever its clip range."""
+    carries = (adv.ne(0).any(dim=1) & keep).double()
+    ids = task_ids.long().cpu()
+    episodes = torch.bincount(ids, minlength=len(names)).tolist()
+    signal = torch.bincount(ids, weights=carries.cpu(), minlength=len(names)).tolist()
+    return {
+        f"task/{name}/signal_frac": signal[k] / episodes[k]
+        for k, name in enumerate(names)
+        if episodes[k]
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # The whole update
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +173,7 @@ def update_step(
     # (b) advantages [B, L] (0 off the mask) and DAPO's filter
     adv, keep = token_advantages(batch, cfg)
     metrics["advantage_abs_mean"] = float((adv.abs() * mask).sum()) / max(float(mask.sum()), 1.0)
+    metrics.update(signal_metrics(adv, keep, batch.task_ids, names))
     if a.dynamic_sampling:
         metrics["dapo/kept_frac"] = float(keep.float().mean())
 

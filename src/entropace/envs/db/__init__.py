@@ -7,7 +7,7 @@ write tasks run on.
 """
 
 from entropace.envs.db.actions import answer_matches, parse_action
-from entropace.envs.db.build import SOURCES, database_path
+from entropace.envs.db.build import SOURCES, data_credits, database_path, licence_credits
 from entropace.envs.db.env import DbEnv, db_oracle, make_db_env
 from entropace.envs.db.private import PrivateDb
 from entropace.envs.db.questions import Instance, generate, pool_counts
@@ -38,9 +38,9 @@ SPEC = register(
             "compare_results (exact, case-sensitive, floats within 0.01) and write tasks "
             "compared on all tables of the database",
         },
-        data_source="; ".join(s.data_source for s in SOURCES.values()),
-        license="; ".join(f"{s.name}: {s.license}" for s in SOURCES.values()),
-        requires=tuple(s.package for s in SOURCES.values()),
+        data_source=data_credits(SOURCES.values()),
+        license=licence_credits(SOURCES.values()),
+        requires=tuple(dict.fromkeys(s.package for s in SOURCES.values())),
         splits=("train", "test", "test_unseen"),
         pools=pool_counts,
     )

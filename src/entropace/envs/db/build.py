@@ -486,6 +486,36 @@ SOURCES: dict[str, DbSource] = {
 }
 
 
+def data_credits(sources: Iterable[DbSource]) -> str:
+    """Where the databases' data come from, each credit once: the databases of one package
+    under their common credit (``vega_datasets 0.9.0 (...): cars (StatLib auto MPG), barley
+    (Immer 1934), ...``), the others as they are."""
+    by_package: dict[str, list[DbSource]] = {}
+    for src in sources:
+        by_package.setdefault(src.package, []).append(src)
+    parts = []
+    for group in by_package.values():
+        if len(group) == 1:
+            parts.append(group[0].data_source)
+            continue
+        common = os.path.commonprefix([g.data_source for g in group])
+        common = common[: common.rfind(")") + 1] if ")" in common else common.rstrip(": ")
+        details = [
+            g.name + (f" ({rest})" if (rest := g.data_source[len(common) :].lstrip(": ")) else "")
+            for g in group
+        ]
+        parts.append(f"{common}: {', '.join(details)}")
+    return "; ".join(parts)
+
+
+def licence_credits(sources: Iterable[DbSource]) -> str:
+    """Each licence once, with the databases under it: ``cars, barley, ...: MIT; ...``."""
+    by_licence: dict[str, list[str]] = {}
+    for src in sources:
+        by_licence.setdefault(src.license, []).append(src.name)
+    return "; ".join(f"{', '.join(names)}: {lic}" for lic, names in by_licence.items())
+
+
 def index_foreign_keys(conn: sqlite3.Connection) -> None:
     """Create an index on every foreign-key column (joins and filters on them get fast)."""
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]

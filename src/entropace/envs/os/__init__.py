@@ -67,6 +67,7 @@ register(
         "data; test_unseen: held-out task kinds (entropace.envs.os.splits)",
         license="n/a (generated data)",
         requires=(),
+        binaries={"bwrap": "bubblewrap: apt-get install bubblewrap (Debian/Ubuntu)"},
         splits=("train", "test", "test_unseen"),
         pools=pools,
     )
