@@ -103,8 +103,28 @@ def test_overview_numbers_by_hand(tmp_path: Path) -> None:
     assert ov.crossovers == crossover_count(curves, ema=0.9)
     assert ov.trend_r2 == pytest.approx(trend_r2(curves))
     assert ov.spike_amplitude == pytest.approx(spike_amplitude(curves))
+    # neither task's entropy falls to half its start in 8 steps: censored at the last step
+    assert ov.half_life == {"db": 8.0, "kg": 8.0} and all(ov.half_life_censored.values())
+    assert ov.pace_gap == 0.0
     # the JSON round trip the end screen reads
     assert RunOverview.from_dict(json.loads(json.dumps(ov.to_dict()))) == ov
+
+
+def test_overview_states_half_lives_and_the_pace_gap(tmp_path: Path) -> None:
+    """Half-lives as `entropace compare` computes them (interpolated, held one step, censored
+    at the last step), in the overview and its pace sentence."""
+    from entropace.report.overview import overview_lines
+
+    fast, slow = [1.0, 0.8, 0.6, 0.4, 0.3], [2.0, 1.8, 1.5, 1.2, 1.1]
+    records = [{"step": i + 1, "task/a/entropy": fast[i], "task/b/entropy": slow[i]}
+               for i in range(5)]  # fmt: skip
+    ov = overview_of(load_run(write(tmp_path / "run", records, config=None)))
+    # a: 0.5 is crossed between step 3 (0.6) and step 4 (0.4): 3 + (0.6 - 0.5) / 0.2 = 3.5
+    assert ov.half_life == pytest.approx({"a": 3.5, "b": 5.0})
+    assert ov.half_life_censored == {"a": False, "b": True}
+    assert ov.pace_gap == pytest.approx(1.5)
+    pace = next(line for line in overview_lines(ov) if line.startswith("Pace mismatch"))
+    assert "a 3.5, b >= 5.0, slowest - fastest 1.5 steps (a bound" in pace
 
 
 def test_screen_and_report_show_the_same_numbers(tmp_path: Path) -> None:

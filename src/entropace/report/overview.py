@@ -43,6 +43,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from entropace.diagnostics.pace_measures import pace_gap
+from entropace.report.measures import run_half_lives
 from entropace.report.runs import RunData
 
 
@@ -139,6 +141,9 @@ class RunOverview:
     crossovers: int | None = None
     trend_r2: float | None = None
     spike_amplitude: float | None = None
+    half_life: dict[str, float] = field(default_factory=dict)
+    half_life_censored: dict[str, bool] = field(default_factory=dict)
+    pace_gap: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``summary.json``'s ``overview``)."""
@@ -237,6 +242,10 @@ def run_overview(run: RunData, diagnostics: PaceNumbers, *, ema: float | None) -
         trend_r2=diagnostics.trend_r2,
         spike_amplitude=diagnostics.spike_amplitude,
     )
+    lives = run_half_lives(run)  # entropace compare's half_life / pace_gap, the same definition
+    out.half_life = {task: float(h.step) for task, h in lives.items()}
+    out.half_life_censored = {task: bool(h.censored) for task, h in lives.items()}
+    out.pace_gap = float(pace_gap(lives)) if len(lives) >= 2 else None
     return out
 
 
@@ -359,6 +368,18 @@ def overview_lines(ov: RunOverview) -> list[str]:
         pace += "entropy kept (end / start): " + ", ".join(
             f"{task} {100 * r:.0f}%" for task, r in kept
         )
+        pace += "; "
+    if ov.half_life:
+        lives = sorted(ov.half_life.items(), key=lambda x: x[1])
+        pace += "entropy half-life (the step where it first fell to half its start): " + ", ".join(
+            f"{task} {'>= ' if ov.half_life_censored.get(task) else ''}{step:.1f}"
+            for task, step in lives
+        )
+        if ov.pace_gap is not None:
+            bound = (
+                " (a bound: a task never got there)" if any(ov.half_life_censored.values()) else ""
+            )
+            pace += f", slowest - fastest {ov.pace_gap:.1f} steps{bound}"
         pace += "; "
     ema = f"EMA {ov.ema}" if ov.ema is not None else "unsmoothed"
     pace += (
