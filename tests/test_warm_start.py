@@ -246,6 +246,50 @@ def test_micro_batching_does_not_change_the_fine_tuning(single_thread) -> None:
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def _mixed_rows(tokenizer, n: int = 4):
+    """Demos of two tasks (two system prompts), interleaved."""
+    layout = ChatLayout(tokenizer)
+    rows = []
+    for task in ("lab2-hard", "lab2-easy"):
+        build = prior_policy(task, random.Random(0), {"correct": 0.3, "favourite": 0.3})
+        demos = policy_demos(task, lambda task=task: make(task), range(n), build,
+                             keep_failures=True)[0]  # fmt: skip
+        rows.append([tokenize_demo(layout, d, 10_000) for d in demos])
+    return [r for pair in zip(*rows) for r in pair]
+
+
+def test_micro_batches_of_several_tasks_give_the_float64_nll_and_the_same_update(
+    single_thread,
+) -> None:
+    """The two tasks' system prompts run once per micro-batch (shared prefixes, LM head on the
+    replies only): the loss is the brute-force float64 NLL, and the update does not depend on
+    how the batch is cut (one row per micro-batch: nothing shared)."""
+    from entropace.models.tiny import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed=0)
+    rows = _mixed_rows(tokenizer)
+    assert len({r.task for r in rows}) == 2
+    reference = build_tiny_model(seed=0)[0].double()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for r in rows:
+            logp = torch.log_softmax(reference(torch.tensor([r.ids])).logits[0], dim=-1)
+            total -= sum(float(logp[t - 1, r.ids[t]]) for t in range(1, len(r.ids)) if r.loss_mask[t])
+            count += sum(r.loss_mask[1:])
+    results = []
+    for micro in (1, 8):
+        model = build_tiny_model(seed=0)[0]
+        losses = fine_tune(model, rows, steps=2, batch_size=8, micro_batch_size=micro, lr=3e-3,
+                           pad_id=tokenizer.pad_token_id, share_prefix=True)  # fmt: skip
+        assert losses[0] == pytest.approx(total / count, rel=1e-5)
+        results.append((losses, [p.detach().clone() for p in model.parameters()]))
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-5)
+    # Adam moves every weight by ~lr = 3e-3 a step; round-off in a near-zero gradient moves
+    # a few by up to ~1e-5 differently
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_batches_draw_without_replacement_within_a_pass() -> None:
     out = batches(10, 4, 5, torch.Generator().manual_seed(0))
     flat = [i for b in out for i in b]
@@ -361,3 +405,82 @@ def test_warmstart_cli_reports_copies_and_refuses_what_it_cannot_do(cache, tmp_p
     assert "warm_start.source=none" in capsys.readouterr().err
     assert main(["warmstart", "--preset", "lab3", "warm_start.source=jsonl"]) == 2
     assert "warm_start.path" in capsys.readouterr().err
+
+
+#: LoRA on the tiny model's upper decoder layer only (it has two)
+UPPER_LORA = [
+    "warm_start.lora=true", "model.lora_r=4", "model.lora_alpha=8",
+    r"model.lora_target_modules=.*\.layers\.1\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj",
+]  # fmt: skip
+
+
+def test_full_fine_tuning_keys_are_those_from_before_the_lora_option() -> None:
+    """Caches and pins made before ``warm_start.lora`` existed are still found (the key of
+    ``WARM`` computed by the code of da8234d); the adapter's shape is part of a LoRA key."""
+    assert warm_start_key(load_config(None, WARM)) == "f0d32b290a53c028eab1b759"
+    lora = warm_start_key(load_config(None, [*WARM, *UPPER_LORA]))
+    assert lora != "f0d32b290a53c028eab1b759"
+    shared = warm_start_key(load_config(None, [*WARM, "warm_start.share_prefix=true"]))
+    assert shared not in ("f0d32b290a53c028eab1b759", lora)
+    assert warm_start_key(load_config(None, [*WARM, *UPPER_LORA, "model.lora_r=8"])) != lora
+
+
+def test_lora_warm_start_merges_an_adapter_of_the_upper_layers(cache, single_thread) -> None:
+    """``warm_start.lora``: the saved model is a plain model (no adapter tensors) equal to the
+    base everywhere but in the adapted projections of layer 1, which moved; its loss on the
+    demonstrations fell as the record says."""
+    from safetensors.torch import load_file
+
+    from entropace.models.tiny import build_tiny_model
+
+    cfg = load_config(None, [*WARM, *UPPER_LORA, "warm_start.steps=8", "warm_start.lr=3e-2"])
+    warm = ensure_warm_start(cfg)
+    saved = load_file(str(warm.path / "model.safetensors"))
+    base = build_tiny_model(seed=0)[0].state_dict()
+    assert not [k for k in saved if "lora" in k]
+    adapted = {k for k in base if ".layers.1." in k and k.endswith("_proj.weight")}
+    assert len(adapted) == 7
+    for name, value in base.items():
+        if name not in saved:
+            continue  # the tied output embedding is saved once
+        if name in adapted:
+            assert not torch.equal(saved[name], value), name
+        else:
+            assert torch.equal(saved[name], value), name
+    losses = warm.record["losses"]
+    assert len(losses) == 8 and losses[-1] < losses[0]
+
+
+def test_eval_of_a_lora_run_uses_its_warm_start(cache, tmp_path, single_thread) -> None:
+    """``entropace eval`` of a LoRA run started from a warm start puts the checkpoint's adapter
+    on the warm start, not on ``model.name``: its greedy replies are those of warm start +
+    adapter, and differ from those of the untuned base + adapter."""
+    from entropace.envs import seeds
+    from entropace.models import apply_lora, load_model
+    from entropace.models.tiny import build_tiny_model
+    from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
+    from entropace.train.evaluation import evaluate
+    from entropace.train.held_out import held_out_episodes
+    from entropace.train.trainer import train
+
+    cfg = load_config(None, [*WARM, *UPPER_LORA, "model.lora=true", "optim.lr=1e-2",
+                             "warm_start.steps=8", "warm_start.lr=3e-2"])  # fmt: skip
+    train(cfg, tmp_path / "run")
+    result = evaluate(tmp_path / "run", n=4, split="test", write=False)
+    warm = ensure_warm_start(cfg)
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    lora = {"r": 4, "alpha": 8, "target_modules": cfg.model.lora_target_modules}
+
+    def replies(model, tokenizer):
+        load_checkpoint(ckpt, model=model, restore_rng=False)
+        factories = {t: cfg.tasks.env_factory(t) for t in LAB}
+        episodes = held_out_episodes(model, tokenizer, cfg.rollout, factories,
+                                     [int(s) for s in seeds("test", 4)])  # fmt: skip
+        return [e["actions"] for e in episodes]
+
+    warm_model, warm_tokenizer = load_model(str(warm.path))
+    on_warm = replies(apply_lora(warm_model, lora), warm_tokenizer)
+    base, tokenizer = build_tiny_model(seed=0)
+    on_base = replies(apply_lora(base, lora), tokenizer)
+    assert [e["actions"] for e in result["episodes"]] == on_warm
+    assert on_warm != on_base

@@ -29,6 +29,7 @@ from entropace.train.config import load_config_file
 from entropace.train.held_out import held_out_episodes, per_task_summary
 from entropace.train.policy import build_model
 from entropace.train.threads import plan_threads, torch_threads
+from entropace.train.warm_start import warm_started
 
 #: The held-out splits ``evaluate`` reports by default.
 HELD_OUT: tuple[str, ...] = ("test", "test_unseen")
@@ -86,10 +87,19 @@ def evaluate(
     path = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir / "checkpoints")
     if path is None:
         raise FileNotFoundError(f"no checkpoint under {run_dir / 'checkpoints'}")
-    model, tokenizer, _ = build_model(cfg.model)
+    # the policy the run trained: its warm start (from the cache, built again if missing),
+    # which a LoRA checkpoint's adapter sits on; the checkpoint names the weights it expects
+    built, warm = warm_started(cfg)
+    model, tokenizer, _ = build_model(built.model)
     state = load_checkpoint(path, model=model, restore_rng=False)
     n_params = sum(p.numel() for p in model.parameters())
     threads = plan_threads(cfg.threads, n_params=n_params, processes=1)  # as the run's trainer
+    expected = (state.get("warm_start") or {}).get("sha256")
+    if expected != (warm.sha256 if warm else None):
+        raise ValueError(
+            f"{path}: trained from warm start weights {expected or '(none)'}, the run's config "
+            f"now gives {warm.sha256 if warm else '(none)'}"
+        )
 
     records: list[dict[str, Any]] = []
     for sp in splits:

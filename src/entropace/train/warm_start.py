@@ -109,6 +109,16 @@ class WarmStartConfig:
         seed_offset: the first train-split seed of the demonstrations.
         prior: per-task options of each task's demonstration prior (``source: prior``), e.g.
             ``{lab2-easy: {correct: [0.6, 0.2], favourite: [0.2, 0.6]}}``.
+        lora: fine-tune a LoRA adapter (the model section's ``lora_r``, ``lora_alpha``,
+            ``lora_dropout``, ``lora_target_modules``; needs ``entropace[lora]``) instead of
+            all weights, and merge it into the weights before saving (the result is a plain
+            model either way). An adapter on the upper layers only (a ``lora_target_modules``
+            pattern) leaves the lower layers without a backward pass: the cheap warm start
+            of the CPU preset ``quick``.
+        share_prefix: run each task's common prefix (its system prompt) once per micro-batch
+            and the LM head on the replies only (:func:`entropace.train.sft.fine_tune`):
+            several times faster on long prompts, equal up to float round-off but not bit for
+            bit (off by default, so that pins made without it, e.g. lab3's, still hold).
         steps: optimiser steps.
         batch_size: demonstrations per optimiser step.
         micro_batch_size: demonstrations per forward pass (gradients are accumulated; the
@@ -130,6 +140,8 @@ class WarmStartConfig:
     episodes: int = 256
     seed_offset: int = 900_000
     prior: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lora: bool = False
+    share_prefix: bool = False
     steps: int = 400
     batch_size: int = 48
     micro_batch_size: int = 48
@@ -181,6 +193,13 @@ def validate_warm_start(cfg: Any, *, check_envs: bool = True) -> None:
         len(w.sha256) == 64 and all(c in "0123456789abcdef" for c in w.sha256)
     ):
         raise ConfigError("warm_start.sha256 must be 64 lowercase hex digits (or null)")
+    if w.lora:
+        try:
+            import peft  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "warm_start.lora needs peft: pip install -c constraints.txt -e '.[lora]'"
+            ) from None
     if w.micro_batch_size > w.batch_size:
         raise ConfigError(
             f"warm_start.micro_batch_size ({w.micro_batch_size}) exceeds warm_start.batch_size "
@@ -343,21 +362,30 @@ def file_sha256(path: str | Path) -> str:
 
 def warm_start_key(cfg: Any) -> str:
     """A key (24 hex digits) of everything that determines a warm start's result: the base
-    model (``model.name``, dtype, LoRA settings), the ``warm_start`` section (its pin aside),
-    the environment settings of the demonstrated tasks (difficulty, options, interface,
-    profile, the rollout's turn limit and ``max_episode_tokens``), the JSONL file's sha256,
-    and :data:`RECIPE_VERSION`. The thread count and the machine are not in it: the build is
+    model (``model.name``, dtype; the adapter's shape with ``warm_start.lora``), the
+    ``warm_start`` section (its pin aside), the environment settings of the demonstrated
+    tasks (difficulty, options, interface, profile, the rollout's turn limit and
+    ``max_episode_tokens``), the JSONL file's sha256, and :data:`RECIPE_VERSION`. The thread count and the machine are not in it: the build is
     deterministic for a given torch build and thread count (tests), and a pin (``sha256``)
     catches any other difference."""
     w = dataclasses.asdict(cfg.warm_start)
     w.pop("sha256")
+    for option in ("lora", "share_prefix"):
+        if not w[option]:
+            w.pop(option)  # off, the keys are those from before the option
     w.pop("measure_prompts")  # measuring does not change the weights
     w.pop("measure_samples")
+    m = cfg.model
+    lora = (
+        {"lora": [m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules]}
+        if cfg.warm_start.lora
+        else {}
+    )
     t = cfg.tasks
     tasks = [] if w["source"] == "jsonl" else warm_start_tasks(cfg)
     recipe = {
         "version": RECIPE_VERSION,
-        "model": {"name": cfg.model.name, "dtype": cfg.model.dtype},
+        "model": {"name": cfg.model.name, "dtype": cfg.model.dtype, **lora},
         "warm_start": w,
         "tasks": {
             "names": tasks,
@@ -469,7 +497,8 @@ def build_warm_start(
 
     say = log or (lambda m: logger.info("%s", m))
     t0 = time.perf_counter()
-    base = dataclasses.replace(cfg.model, lora=False)
+    # the adapter (warm_start.lora) has the model section's shape; only it is trained
+    base = dataclasses.replace(cfg.model, lora=cfg.warm_start.lora)
     model, tokenizer, _device = build_model(base)
     threads = plan_threads(
         cfg.threads, n_params=sum(p.numel() for p in model.parameters()), processes=1
@@ -500,13 +529,16 @@ def _build(
         if step % every == 0 or step == w.steps:
             say(f"warm start: step {step}/{w.steps} loss {loss:.4f}")
 
-    model.requires_grad_(True)
+    if not w.lora:
+        model.requires_grad_(True)
     losses = fine_tune(
         model, rows, steps=w.steps, batch_size=w.batch_size, micro_batch_size=w.micro_batch_size,
         lr=w.lr, warmup_steps=w.warmup_steps, weight_decay=w.weight_decay,
         max_grad_norm=w.max_grad_norm, seed=w.seed, pad_id=int(tokenizer.pad_token_id),
-        progress=progress,
+        share_prefix=w.share_prefix, progress=progress,
     )  # fmt: skip
+    if w.lora:
+        model = model.merge_and_unload()  # W + (alpha / r) B A: a plain model again
     model.requires_grad_(False)
     seconds = time.perf_counter() - t0
     measured = measure_policy(model, tokenizer, cfg) if w.measure_prompts else {}
