@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from entropace.train.threads import default_wait_policy
+
+    default_wait_policy()  # OMP_WAIT_POLICY=PASSIVE before torch loads, unless the user chose
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

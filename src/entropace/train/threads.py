@@ -17,11 +17,23 @@ rollout worker); ``entropace compare --jobs J`` runs ``J`` such runs side by sid
 
 The trainer logs the plan and writes it into every metrics row (``threads/learner``,
 ``threads/rollout``).
+
+OpenMP's wait policy (:func:`default_wait_policy`): ``entropace``'s command line sets
+``OMP_WAIT_POLICY=PASSIVE`` before torch starts its OpenMP runtime, unless the user chose a
+policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``). GNU OpenMP's default
+spins each idle thread for ~300,000 iterations at every barrier; with other processes on the
+cores, a thread that finished its share spins while its partner waits for a core, and every
+one of the thousands of small parallel regions of a decoding step waits for a time slice:
+beside 2 busy processes on 2 cores, the main job's decoding ran 25 times slower than alone with
+spinning threads (``benchmarks/results/load.md``), against ~2 times for a fair share. A passive
+thread sleeps at once and gives its core back. The policy cannot change once the runtime has
+started, so a Python program that imports torch itself sets the variable before that import.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +42,10 @@ from dataclasses import dataclass
 SMALL_MODEL_PARAMS = 20_000_000
 #: Environment variable with the cores a run may use (set by ``compare --jobs``).
 CPUS_ENV = "ENTROPACE_CPUS"
+#: Variables with which a user chooses how OpenMP threads wait (GNU and Intel runtimes).
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+#: Set to ``1`` by :func:`default_wait_policy` when it chose the policy (children inherit it).
+WAIT_MARK_ENV = "ENTROPACE_WAIT_POLICY_SET"
 
 
 @dataclass
@@ -65,8 +81,30 @@ class ThreadPlan:
 
     def describe(self) -> str:
         return (
-            f"torch threads: learner {self.learner}, rollout worker {self.rollout} ({self.reason})"
+            f"torch threads: learner {self.learner}, rollout worker {self.rollout} "
+            f"({self.reason}); {wait_policy()}"
         )
+
+
+def default_wait_policy() -> str:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a wait policy (any of
+    :data:`WAIT_VARS`) or torch is already imported (its OpenMP runtime read the environment
+    when it loaded). Call it before ``import torch`` (the command line's entry point does).
+    Returns :func:`wait_policy`'s description of the policy in effect."""
+    if not any(os.environ.get(v) for v in WAIT_VARS) and "torch" not in sys.modules:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ[WAIT_MARK_ENV] = "1"  # spawned children (async worker) see who chose
+    return wait_policy()
+
+
+def wait_policy() -> str:
+    """The OpenMP wait policy this process's environment asks for, and who chose it."""
+    chosen = {v: os.environ[v] for v in WAIT_VARS if os.environ.get(v)}
+    if not chosen:
+        return "OpenMP's default wait policy (spinning; the `entropace` command sets PASSIVE)"
+    text = ", ".join(f"{k}={v}" for k, v in chosen.items())
+    mine = os.environ.get(WAIT_MARK_ENV) == "1" and chosen == {"OMP_WAIT_POLICY": "PASSIVE"}
+    return text + (" (entropace's default)" if mine else " (set by the user)")
 
 
 def available_cpus() -> int:
