@@ -36,7 +36,7 @@ from entropace.report.experiment import (
     per_seed,
 )
 from entropace.report.runs import load_run
-from entropace.report.stats import paired_difference
+from entropace.report.stats import paired_difference, paired_solves
 
 #: arm -> (grid directory under RUNS, algorithm directory in it)
 ARMS = {
@@ -129,6 +129,12 @@ def _series_mean(run_dir: Path, key: str) -> float:
     return _mean([float(v) for v in s.values]) if s is not None else math.nan
 
 
+def _solve_steps(rows: list[dict], task: str) -> dict[int, float | None]:
+    """Each seed's time to solve ``task`` (``solve_step``), :data:`STEPS` when never solved."""
+    steps = per_seed(rows, f"solve_step.{task}")
+    return {s: (v if v is not None and math.isfinite(v) else float(STEPS)) for s, v in steps.items()}
+
+
 def descriptive(all_dir: Path) -> str:
     """The preregistered descriptive tables (module docstring, step 4)."""
     runs = json.loads((all_dir / "compare.json").read_text())["measures"]["runs"]
@@ -147,6 +153,25 @@ def descriptive(all_dir: Path) -> str:
         for key in keys:
             ci = paired_difference(per_seed(runs[a], key), per_seed(runs[b], key))
             cells.append(f"{ci.format(2)} ({ci.n})" if ci.n else "n/a")
+        out.append(f"| {a} - {b} | " + " | ".join(cells) + " |")
+    out.append("\n## Held-out success: time to solve and solved by the end, per task\n")
+    out.append("Time to solve: the first evaluation at >= 0.9 greedy success, an unsolved run "
+               f"counted as {STEPS} (censored); paired difference a - b (mean ± 95% t). Solved "
+               "by the end: seeds solved in a vs in b, McNemar's exact test on the discordant "
+               "seeds.\n")  # fmt: skip
+    out.append("| a - b | " + " | ".join(f"time to solve {t} | solved {t}" for t in TASKS) + " |")
+    out.append("|---|" + "---|---|" * len(TASKS))
+    for a, b in pairs:
+        if a not in runs or b not in runs:
+            continue
+        cells = []
+        for t in TASKS:
+            steps = [_solve_steps(runs[arm], t) for arm in (a, b)]
+            ci = paired_difference(*steps)
+            cells.append(f"{ci.format(2)} ({ci.n})" if ci.n else "n/a")
+            solved = [{s: v is not None and v >= 0.5 for s, v in per_seed(runs[arm], f"solved.{t}").items()}
+                      for arm in (a, b)]  # fmt: skip
+            cells.append(paired_solves(*solved).format())
         out.append(f"| {a} - {b} | " + " | ".join(cells) + " |")
     out.append("\n## Per arm: half-lives (mean over seeds), solved by the end (seeds), clip "
                "fractions over gradient-carrying tokens (high / low, run mean), eps_k (run mean)\n")  # fmt: skip
