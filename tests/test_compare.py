@@ -214,8 +214,11 @@ def test_train_commands_and_subprocess_pool(tmp_path: Path, monkeypatch) -> None
 # --------------------------------------------------------------- the grid on the tiny model
 register_letter_envs("cmp_letter", "cmp_letter2")
 
+#: the quick preset's LoRA adapter, warm start and evaluations are for SmolLM2; these tests run
+#: its other settings on the tiny model
+NO_WARM_START = ["model.lora=false", "warm_start.source=none", "eval.every=0"]
 OVERRIDES = [
-    "model=tiny", "tasks=cmp_letter,cmp_letter2", "steps=3", "P=1", "G=3",
+    "model=tiny", *NO_WARM_START, "tasks=cmp_letter,cmp_letter2", "steps=3", "P=1", "G=3",
     "rollout.max_new_tokens_per_turn=6", "rollout.max_episode_tokens=96",
     "rollout.temperature=1.0", "optim.lr=3e-3", "ppo.epochs=1", "ppo.num_minibatches=1",
     "ppo.micro_batch_size=3", "log.checkpoint_every=1", "log.keep_last=2",
@@ -382,7 +385,7 @@ def test_jobs_train_in_subprocesses_like_in_process(tmp_path: Path, capsys, monk
     if "reasoning" not in specs():
         pytest.skip("the reasoning environment needs entropace[envs]")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the children's threads, as in this process
-    ov = ["model=tiny", "tasks=reasoning", "steps=2", "P=1", "G=2",
+    ov = ["model=tiny", *NO_WARM_START, "tasks=reasoning", "steps=2", "P=1", "G=2",
           "rollout.max_new_tokens_per_turn=6", "ppo.micro_batch_size=2",
           "log.tensorboard=false", "log.progress=false"]  # fmt: skip
     out = tmp_path / "grid"

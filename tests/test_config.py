@@ -223,7 +223,11 @@ def test_shipped_presets() -> None:
         # several optimiser steps per rollout batch, or the clip rules never act
         assert c.ppo.epochs * c.ppo.num_minibatches > 1
     assert quick.model.name == "smollm2-135m" and quick.model.device == "cpu"
-    assert len(set(quick.tasks.names) & {"db", "kg", "reasoning"}) >= 3
+    # the main job: two agent families, a warm start from their oracles, held-out success
+    # at step 0 and at the end
+    assert set(quick.tasks.names) == {"db", "kg"}
+    assert quick.warm_start.source == "oracle" and quick.warm_start.lora
+    assert quick.eval.every == quick.steps
     assert quick.tasks.difficulty == "easy"
     assert paper.tasks.group_size == 8 and paper.rollout.temperature == 0.8
     # AgentBench FC's 0 at abnormal ends, with its profile (docs/envs/agentbench.md)
@@ -411,13 +415,16 @@ def test_loss_options_are_validated_when_the_config_loads(options, match) -> Non
         cfg("algo=clip_cov", "algorithm.loss_options={cov_lower: 9}")
 
 
-def test_a_preset_options_for_deselected_tasks_do_not_apply() -> None:
-    # quick has options for reasoning; choosing other tasks must not trip over them
-    assert cfg("tasks=db,kg", preset="quick").tasks.options == {}
-    kept = cfg("tasks=db,reasoning", preset="quick").tasks.options
-    assert kept == {"reasoning": cfg(preset="quick").tasks.options["reasoning"]}
+def test_a_preset_options_for_deselected_tasks_do_not_apply(tmp_path) -> None:
+    # a preset with options for reasoning; choosing other tasks must not trip over them
+    preset = tmp_path / "p.yaml"
+    preset.write_text("tasks:\n  names: [db, kg, reasoning]\n"
+                      "  options: {reasoning: {datasets: basic_arithmetic}}\n")  # fmt: skip
+    assert cfg("tasks=db,kg", preset=str(preset)).tasks.options == {}
+    kept = cfg("tasks=db,reasoning", preset=str(preset)).tasks.options
+    assert kept == {"reasoning": {"datasets": "basic_arithmetic"}}
     with pytest.raises(ConfigError, match="tasks.options: 'kg' is not allowed"):
-        cfg("tasks=db", "tasks.options={kg: {}}", preset="quick")
+        cfg("tasks=db", "tasks.options={kg: {}}", preset=str(preset))
 
 
 def test_a_preset_mix_for_deselected_tasks_does_not_apply(tmp_path: Path) -> None:
