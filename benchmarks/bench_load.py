@@ -3,9 +3,11 @@
 Question (issue 31): does a training run thrash when other processes share the cores? Each
 measurement is a fresh ``entropace train`` process (``python -m entropace.cli train``, so the
 command line's entry point runs as a user's would) with ``PYTHONPATH=<tree>/src``, on a short
-fixed workload of the quick preset (SmolLM2-135M, db + kg + reasoning, its rollout and update
-settings; ``WORKLOAD`` below: one step, one prompt per task, G = 4), timed by the trainer itself (``time/step`` of
-every step in ``metrics.jsonl``; model loading and the final checkpoint are outside it).
+fixed workload of the quick preset (SmolLM2-135M from its warm start, db + kg, its LoRA
+adapter, rollout and update settings; ``WORKLOAD`` below: one step, G = 4, no held-out
+evaluation), timed by the trainer itself (``time/step`` of every step in ``metrics.jsonl``;
+model loading, the warm start (built once into ``ENTROPACE_CACHE`` before the first
+measurement) and the final checkpoint are outside it).
 
 Each variant (a source tree, plus environment variables and config overrides) runs ``--reps``
 pairs: alone, and beside ``--busy`` background processes, in alternating order (alone first,
@@ -31,8 +33,11 @@ cores, if the scheduler gave each runnable thread an equal share (alone the job 
 ``min(t, c)`` cores; loaded each of its threads gets ``min(1, c / (t + b))`` of a core). With
 t = c = 2 and b = 2: F = 2. Issue 31's goal: slowdown <= 1.3 F.
 
-Run: ``python benchmarks/bench_load.py --variant before /tmp/base --variant after . --reps 3
---markdown benchmarks/results/load.md``
+Run (passive: the command line's default; spinning: libgomp's own default, kept because the
+user set a wait-policy variable, here the Intel runtime's ``KMP_BLOCKTIME`` that GNU OpenMP
+ignores): ``python benchmarks/bench_load.py --variant passive . --variant spinning .
+KMP_BLOCKTIME=200 --reps 2 --markdown benchmarks/results/load.md``. Two source trees side by
+side: ``--variant before /tmp/base --variant after . --reps 3``.
 """
 
 from __future__ import annotations
@@ -49,14 +54,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: The fixed workload: the quick preset's first step with one prompt per task (no extra
-#: reasoning prompts) and G = 4 (12 episodes), no trackers, no progress bar, no report. The
+#: The fixed workload: the quick preset's first step with G = 4 (2 prompts per task: 16
+#: episodes), no held-out evaluation, no trackers, no progress bar, no report. The
 #: update trains the groups with reward variance, as the main job's does: with the same
 #: threads the same tokens are sampled in every run (``response_tokens`` tells), so every run
 #: does the same work.
 WORKLOAD = [
     "steps=1", "tasks.mix={}", "tasks.group_size=4", "log.trackers=[]", "log.progress=false",
-    "log.checkpoint_every=0", "log.optimizer_state=last",
+    "log.checkpoint_every=0", "log.optimizer_state=last", "eval.every=0",
 ]  # fmt: skip
 SPINNER = "while True: pass"
 

@@ -121,13 +121,20 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def warm_start_seconds(log: str, cache: Path) -> float | None:
-    """The warm start's build time when this run built it (its log says so), else None."""
-    match = re.search(r"warm start (\w+): building", log)
-    if match is None:
+def warm_starts(cache: Path) -> set[str]:
+    """The keys of the warm starts built in ``cache``."""
+    root = cache / "warmstart"
+    return {p.name for p in root.iterdir() if (p / "warm_start.json").exists()} if root.exists() else set()
+
+
+def warm_start_seconds(cache: Path, before: set[str]) -> float | None:
+    """The build time of the warm start this run built (one that was not in the cache before
+    it), from its ``warm_start.json``; None when the run loaded a cached one."""
+    new = warm_starts(cache) - before
+    if not new:
         return None
-    record = cache / "warmstart" / match.group(1) / "warm_start.json"
-    return json.loads(record.read_text())["seconds"] if record.exists() else None
+    return sum(json.loads((cache / "warmstart" / k / "warm_start.json").read_text())["seconds"]
+               for k in new)  # fmt: skip
 
 
 def run_one(seed: int, out: Path, cache: Path, preset: str, overrides: list[str]) -> dict[str, Any]:
@@ -138,6 +145,7 @@ def run_one(seed: int, out: Path, cache: Path, preset: str, overrides: list[str]
     print(f"[seed {seed}] {' '.join(cmd)}", file=sys.stderr, flush=True)
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     log_path = out / f"seed{seed}.log"
+    cached = warm_starts(cache)
     with LoadSampler() as load, log_path.open("w") as log:
         proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     log_text = log_path.read_text()
@@ -146,7 +154,7 @@ def run_one(seed: int, out: Path, cache: Path, preset: str, overrides: list[str]
     result = {"seed": seed, "start": start, **parse_time_v(log_text), **run_summary(run_dir)}
     result["load_mean"] = sum(load.samples) / len(load.samples)
     result["load_max"] = max(load.samples)
-    result["warm_start_build_s"] = warm_start_seconds(log_text, cache)
+    result["warm_start_build_s"] = warm_start_seconds(cache, cached)
     print(f"[seed {seed}] {json.dumps({k: v for k, v in result.items() if k != 'tasks'})}",
           file=sys.stderr, flush=True)  # fmt: skip
     return result

@@ -22,7 +22,9 @@ prefilled, a hash of the sampled ids (the same tokens in every tree?) and the lo
 Only the rollout runs (no update): the question is generation.
 
 Run: ``python benchmarks/bench_trees.py /work/wt/old-1e885ea . --steps 2
---markdown benchmarks/results/prefix_trees.md``
+--markdown benchmarks/results/prefix_trees.md``. Each tree runs its own ``quick`` preset: the
+measurement in ``benchmarks/results/prefix_trees.md`` compared trees from before 49c04f2, where
+``quick`` was the 3-family preset without a warm start.
 """
 
 from __future__ import annotations

@@ -14,10 +14,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate RUN's latest checkpoint; writes RUN/eval.json and prints a table. Cost: one "
             "greedy episode per task, seed and split, with the run's rollout limits. Measured on "
-            "2 loaded CPU cores (load average 5-9) with the quick preset's SmolLM2-135M: "
-            "--tasks db,kg,reasoning --n 20 runs 100 episodes (reasoning has no test_unseen) in "
-            "7 min 44 s with OMP_NUM_THREADS=1 (155 s of CPU time), peak RSS 3.6 GB; torch's "
-            "default threads were several times slower on the loaded machine. --split test "
+            "the quiet 2-core machine with the main job's checkpoint (quick preset, SmolLM2-135M "
+            "warm start plus its LoRA adapter, 2 threads): --n 20 runs 80 episodes (db and kg, "
+            "test and test_unseen) in 1 min 33 s (145 s of CPU time), peak RSS 3.8 GB. --split test "
             "or a smaller --n costs proportionally less."
         ),
     )

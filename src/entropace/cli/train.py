@@ -12,7 +12,7 @@ from entropace.cli import shipped_presets
 EPILOG = """\
 examples:
   entropace train --preset quick
-  entropace train --preset quick algo=eppo tasks=db,kg,reasoning steps=20
+  entropace train --preset quick algo=grpo steps=20
   entropace train --preset my.yaml optim.lr=1e-5 --run-dir runs/try1
   entropace train --resume runs/try1 steps=40     # continue (and extend) a run
   entropace train --preset quick --run-dir runs/try1 --overwrite   # move the old run aside

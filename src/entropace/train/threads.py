@@ -24,8 +24,11 @@ policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, ``KMP_BLOCKTIME``). GNU OpenMP'
 spins each idle thread for ~300,000 iterations at every barrier; with other processes on the
 cores, a thread that finished its share spins while its partner waits for a core, and every
 one of the thousands of small parallel regions of a decoding step waits for a time slice:
-beside 2 busy processes on 2 cores, the main job's decoding ran 25 times slower than alone with
-spinning threads (``benchmarks/results/load.md``), against ~2 times for a fair share. A passive
+beside 2 busy processes on 2 cores the main job's step ran 5.3 times slower than alone with
+spinning threads and 1.5 times with passive ones, against 2 times for a fair share
+(``benchmarks/results/load.md``). The price: alone, on a quiet machine, passive threads were
+about 25 % slower (a sleeping thread takes longer to wake than a spinning one); a user with
+the cores to themselves can set ``OMP_WAIT_POLICY=ACTIVE`` (or ``GOMP_SPINCOUNT``). A passive
 thread sleeps at once and gives its core back. The policy cannot change once the runtime has
 started, so a Python program that imports torch itself sets the variable before that import.
 """

@@ -322,6 +322,15 @@ def train(
         return _train(cfg, run_dir, resume=resume)
 
 
+def _log_info(message: str) -> None:
+    logger.info("%s", message)
+
+
+def _console(message: str) -> None:
+    """A line for the person watching the run (stderr, where the progress bar draws)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     """:func:`train` in a prepared, locked run directory."""
     from entropace.rollout.batch import task_scores
@@ -335,7 +344,9 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
     tune_allocator()  # large tensors in their own mappings: freed memory returns (train/memory.py)
     # The warm start (fine-tuned once on demonstrations, then cached): every copy of the policy
     # (learner, async worker) is built from `built`, whose model.name is its directory
-    built, warm = warm_started(cfg, log=lambda m: logger.info("%s", m))
+    # (its build takes minutes the first time: with the progress bar on, its lines go to the
+    # console too, so that a newcomer sees what the run is doing before step 1)
+    built, warm = warm_started(cfg, log=_console if cfg.log.progress else _log_info)
     seed_everything(cfg.seed)
 
     # Components (torchtune style: built here, composed in the Learner)
