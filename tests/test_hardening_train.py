@@ -217,7 +217,7 @@ def test_careless_values_fail_when_the_config_loads(override, says) -> None:
         ("model.lora_r=0", r"model.lora_r must be an integer in \[1, 4096\], got 0"),
         ("model.lora_alpha=-1", r"model.lora_alpha must be an integer in \[1, 1048576\]"),
         ("tasks.seed_offset=999999", "the run needs train seeds up to"),
-        ("tasks.mix={db: 1000} & G=100", "100200 episodes per step"),
+        ("tasks.mix={db: 1000} & G=100", "200200 episodes per step"),
         ("algorithm.overlong.cache_len=2000", "algorithm.overlong.cache_len must be in"),
         ("algorithm.pacer.warmup_steps=999999999999999999999",
          r"algorithm.pacer.warmup_steps must be an integer in \[1, 1000000\]"),

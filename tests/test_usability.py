@@ -17,8 +17,9 @@ from entropace.train.trainer import train
 
 register_letter_envs("letter", "letter2")
 
-BASE = [
-    "model=tiny", "tasks=letter,letter2", "steps=2", "algo=grpo", "P=1", "G=3",
+BASE = [  # the command's default preset (quick) on the tiny model: no SmolLM2 adapter or warm start
+    "model=tiny", "model.lora=false", "warm_start.source=none", "eval.every=0",
+    "tasks=letter,letter2", "steps=2", "algo=grpo", "P=1", "G=3",
     "rollout.max_new_tokens_per_turn=6", "rollout.max_episode_tokens=96", "optim.lr=3e-3",
     "ppo.epochs=1", "ppo.num_minibatches=1", "ppo.micro_batch_size=3",
     "log.checkpoint_every=0", "log.trackers=[]", "log.report=false",
