@@ -357,6 +357,22 @@ def test_training_starts_from_the_warm_start_and_evaluates_it_at_step_0(
     state = load_checkpoint(ckpt, model=load_model(str(warm.path))[0], restore_rng=False)
     assert state["warm_start"] == {"key": warm.key, "sha256": warm.sha256}
 
+    # the run goes on only from those weights: a resume or an evaluation whose config now
+    # gives another warm start (one step fewer) is refused, naming both hashes
+    from entropace.train.checkpoint import CheckpointError
+    from entropace.train.config import load_config_file, save_config
+    from entropace.train.evaluation import evaluate
+
+    other = ensure_warm_start(load_config(None, [*WARM, "warm_start.steps=5"]))
+    assert other.sha256 != warm.sha256
+    with pytest.raises(CheckpointError, match=f"{warm.sha256}.*{other.sha256}"):
+        train(load_config(None, [*WARM, "warm_start.steps=5", "steps=3"]), tmp_path / "run",
+              resume=True)  # fmt: skip
+    saved = tmp_path / "run" / "config.yaml"
+    save_config(load_config_file(saved, ["warm_start.steps=5"]), saved)
+    with pytest.raises(CheckpointError, match=f"{warm.sha256}.*{other.sha256}"):
+        evaluate(tmp_path / "run", n=2, split="test", write=False)
+
 
 def test_the_lab3_preset_loads_its_shipped_pinned_warm_start(cache) -> None:
     """The lab v3 warm start ships with the package under its recipe's key, and its weights are

@@ -312,3 +312,23 @@ def _explained(path: Path, what: str) -> Iterator[None]:
         if "weights_only" in str(exc) or "Unsupported global" in str(exc):
             reason = "it holds objects that would run code when unpickled; refused"
         raise CheckpointError(f"{path}: {what} ({reason})") from exc
+
+
+def check_warm_start(recorded: Any, warm: Any, path: str | Path) -> None:
+    """A checkpoint (at ``path``) trained from the warm start whose weights' sha256 it recorded
+    (``state["warm_start"]``, None without one) can only go on from those weights: a resume
+    (the KL reference and a LoRA run's base are those weights) and an evaluation (a LoRA
+    checkpoint's adapter sits on them). ``warm`` is what the config gives now: the
+    :class:`~entropace.train.warm_start.WarmStart` of ``warm_started``, or None.
+
+    Raises:
+        CheckpointError: the config gives other weights (or a warm start where the run had
+            none, or none where it had one).
+    """
+    now = None if warm is None else warm.sha256
+    then = recorded.get("sha256") if isinstance(recorded, dict) else None
+    if then != now:
+        raise CheckpointError(
+            f"{path}: the run started from warm start weights {then or '(none)'}, this config "
+            f"gives {now or '(none)'}; use the run's own warm_start settings"
+        )

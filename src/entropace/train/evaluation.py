@@ -9,8 +9,8 @@ top-p), with the run's rollout limits. The held-out splits (:mod:`entropace.envs
 for the families that offer it (:attr:`~entropace.envs.registry.EnvSpec.splits`); the others
 are reported as n/a (``None``).
 
-Cost: one episode per task, seed and split (``--n 20`` on ``db,kg,reasoning``: 100 episodes,
-since ``reasoning`` has no ``test_unseen``), generated with the run's rollout limits and torch
+Cost: one episode per task, seed and split (``--n 20`` on ``db,kg``: 80 episodes; a family
+without ``test_unseen``, e.g. ``reasoning``, plays only ``test``), generated with the run's rollout limits and torch
 threads (:func:`entropace.train.threads.plan_threads`, as its trainer); measured times are in
 ``entropace eval --help``.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from entropace._files import write_atomic
-from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
+from entropace.train.checkpoint import check_warm_start, latest_checkpoint, load_checkpoint
 from entropace.train.config import load_config_file
 from entropace.train.held_out import held_out_episodes, per_task_summary
 from entropace.train.policy import build_model
@@ -94,12 +94,7 @@ def evaluate(
     state = load_checkpoint(path, model=model, restore_rng=False)
     n_params = sum(p.numel() for p in model.parameters())
     threads = plan_threads(cfg.threads, n_params=n_params, processes=1)  # as the run's trainer
-    expected = (state.get("warm_start") or {}).get("sha256")
-    if expected != (warm.sha256 if warm else None):
-        raise ValueError(
-            f"{path}: trained from warm start weights {expected or '(none)'}, the run's config "
-            f"now gives {warm.sha256 if warm else '(none)'}"
-        )
+    check_warm_start(state.get("warm_start"), warm, path)  # the weights the run trained on
 
     records: list[dict[str, Any]] = []
     for sp in splits:

@@ -49,6 +49,7 @@ from entropace.diagnostics.training_audit import TrainingAudit
 from entropace.train.algorithms import clip_settings, loss_config
 from entropace.train.checkpoint import (
     CheckpointError,
+    check_warm_start,
     latest_checkpoint,
     load_checkpoint,
     load_extra,
@@ -281,18 +282,6 @@ def start_audit(cfg: TrainConfig, model: Any, batch: Any, step: int) -> Training
     )  # fmt: skip
 
 
-def _check_warm_start(saved: Any, warm: Any, path: Path) -> None:
-    """A resumed run must start from the warm start it was started from (its weights' sha256,
-    recorded in the checkpoint): the KL reference and a LoRA run's base are those weights."""
-    now = None if warm is None else warm.sha256
-    then = saved.get("sha256") if isinstance(saved, dict) else None
-    if then != now:
-        raise CheckpointError(
-            f"{path}: the run started from warm start weights {then or '(none)'}, this config "
-            f"gives {now or '(none)'}; resume with the run's own warm_start settings"
-        )
-
-
 def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) -> None:
     """Log a warning naming every setting a resume changes (they change the run from here)."""
     if saved is None:
@@ -371,7 +360,7 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
         state = load_checkpoint(path, model=model, optimizer=learner.optimizer)
         start = int(state["step"])
         _warn_changes(state.get("config"), cfg, path)
-        _check_warm_start(state.get("warm_start"), warm, path)
+        check_warm_start(state.get("warm_start"), warm, path)
         try:
             learner.scheduler = build_scheduler(
                 learner.optimizer, cfg.optim, optimizer_steps_total(cfg),
