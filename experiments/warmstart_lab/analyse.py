@@ -144,11 +144,10 @@ def descriptive(all_dir: Path) -> str:
     keys = [*(f"half_life.{t}" for t in TASKS), *(f"entropy_mean.{t}" for t in TASKS),
             "pace_spread", "crossovers_nt", "auc.average", *(f"auc.{t}" for t in TASKS)]  # fmt: skip
     out.append("## Paired differences a - b (mean ± 95% t, n)\n")
+    pairs = [(a, b) for a, b in pairs if a in runs and b in runs]
     out.append("| a - b | " + " | ".join(keys) + " |")
     out.append("|---|" + "---|" * len(keys))
     for a, b in pairs:
-        if a not in runs or b not in runs:
-            continue
         cells = []
         for key in keys:
             ci = paired_difference(per_seed(runs[a], key), per_seed(runs[b], key))
@@ -162,8 +161,6 @@ def descriptive(all_dir: Path) -> str:
     out.append("| a - b | " + " | ".join(f"time to solve {t} | solved {t}" for t in TASKS) + " |")
     out.append("|---|" + "---|---|" * len(TASKS))
     for a, b in pairs:
-        if a not in runs or b not in runs:
-            continue
         cells = []
         for t in TASKS:
             steps = [_solve_steps(runs[arm], t) for arm in (a, b)]
