@@ -9,10 +9,12 @@ import pytest
 
 from entropace.algos import get_policy_loss
 from entropace.train.algorithms import (
+    PACED_LOSS_RECIPES,
     RECIPES,
     Recipe,
     effective_bounds,
     get_recipe,
+    recipe_lever,
     register_recipe,
 )
 from entropace.train.config import (
@@ -35,10 +37,8 @@ def cfg(*overrides: str, preset: str | None = None) -> TrainConfig:
 
 
 def test_defaults_are_the_dataclass_defaults_plus_the_grpo_recipe() -> None:
-    resolved = to_dict(cfg())
-    expected = to_dict(TrainConfig())
-    expected["algorithm"]["agg"] = "seq-mean-token-mean"  # the only field grpo's recipe changes
-    assert resolved == expected
+    # grpo's recipe is the identity's defaults (token-mean, as verl and AgentRL run GRPO)
+    assert to_dict(cfg()) == to_dict(TrainConfig())
 
 
 def test_shortcuts_expand() -> None:
@@ -257,7 +257,7 @@ def test_every_shipped_preset_validates_with_its_environments() -> None:
 
 
 EXPECTED = {  # BASELINES.md / ALGORITHMS.md, field by field
-    "grpo": {"advantage": "grpo", "policy_loss": "ppo", "agg": "seq-mean-token-mean"},
+    "grpo": {"advantage": "grpo", "policy_loss": "ppo", "agg": "token-mean"},
     "dr_grpo": {"advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm"},
     "dapo": {"eps_low": 0.2, "eps_high": 0.28, "agg": "token-mean", "dynamic_sampling": True},
     "rloo": {"advantage": "rloo", "agg": "token-mean"},
@@ -354,6 +354,71 @@ def test_widths_and_the_pacer_are_checked_when_the_config_loads() -> None:
     # the trainer does not generate ReMax's greedy baselines
     with pytest.raises(ConfigError, match="advantage='remax' needs \\['baselines'\\].*greedy"):
         cfg("algorithm.advantage=remax")
+
+
+#: Issue 35: every EPPO / PAPO recipe and every control is its base recipe plus exactly the
+#: change it names (``{dotted field: value}``), derived here from the resolved configs.
+VARIANTS = {
+    "eppo": ("grpo", {"clip_rule": "pacer"}),
+    "papo": ("grpo", {"papo": True}),
+    "eppo+papo": ("eppo", {"papo": True}),
+    "eppo-global": ("eppo", {"pacer.task_wise": False}),
+    "eppo-notrend": ("eppo", {"pacer.trend": False}),
+    "eppo-success": ("eppo", {"pacer.signal": "success"}),
+    "eppo-shuffled": ("eppo", {"pacer.shuffle": True}),
+    "eppo-rewardvar": ("eppo", {"pacer.signal": "reward_var"}),
+    **{f"eppo+{n}": (n, {"clip_rule": "pacer"}) for n in PACED_LOSS_RECIPES},
+}
+
+
+def _resolved(name: str) -> dict:
+    """Recipe ``name`` resolved through the trainer's config loader, flattened."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out: dict = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {prefix + k: v})
+        return out
+
+    return flat(to_dict(cfg(f"algo={name}"))["algorithm"])
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_variant_is_its_base_plus_exactly_its_lever(name) -> None:
+    """The difference of each variant's resolved config from its base's is the declared lever
+    (brute force over every field, through load_config); every registered recipe with an
+    entropace-specific rule (pacer, PAPO) is a declared variant, so a recipe added later
+    cannot enter the comparisons with a second, undeclared change."""
+    recipe = get_recipe(name)
+    a = cfg(f"algo={name}").algorithm
+    if a.clip_rule == "pacer" or a.papo:
+        assert name in VARIANTS, f"{name} uses the pacer / PAPO but declares no base"
+    if name not in VARIANTS:
+        assert recipe.base is None
+        return
+    base, lever = VARIANTS[name]
+    assert recipe.base == base
+    mine, theirs = _resolved(name), _resolved(base)
+    diff = {k: mine[k] for k in mine if k != "name" and mine[k] != theirs.get(k)}
+    assert diff == lever
+    assert recipe_lever(name) == {k: (theirs[k], v) for k, v in lever.items()}
+
+
+def test_a_variant_must_change_exactly_what_it_names() -> None:
+    with pytest.raises(ConfigError, match="recipe 'noop'.*changes \\[\\]"):
+        register_recipe(Recipe("noop", "x", "y", {"agg": "token-mean"}, base="grpo"))
+    with pytest.raises(ConfigError, match="recipe 'self'.*its own base"):
+        register_recipe(Recipe("self", "x", "y", {"papo": True}, base="self"))
+    with pytest.raises(ConfigError, match="recipe 'orphan'.*unknown algorithm 'nope'"):
+        register_recipe(Recipe("orphan", "x", "y", {"papo": True}, base="nope"))
+    assert not {"noop", "self", "orphan"} & set(RECIPES)
+    mine = register_recipe(Recipe("eppo-wide", "x", "y", {"pacer": {"alpha": 0.9}}, base="eppo"))
+    try:
+        assert recipe_lever("eppo-wide") == {"pacer.alpha": (0.4, 0.9)}
+        assert recipe_lever("eppo-wide", "grpo") == {
+            "clip_rule": ("fixed", "pacer"), "pacer.alpha": (0.4, 0.9)}  # fmt: skip
+        assert mine.identity()["clip_rule"] == "pacer"
+    finally:
+        del RECIPES["eppo-wide"]
 
 
 def test_register_recipe_checks_its_overrides() -> None:

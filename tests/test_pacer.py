@@ -379,6 +379,38 @@ def test_shuffle_permutes_eppo_values_across_tasks() -> None:
     assert resumed.eps() == mixed.eps()
 
 
+def test_shuffle_permutations_vary_by_run_seed() -> None:
+    """Issue 35: the permutation is seeded by (run seed, step), so a control run of another
+    seed draws another schedule (seeded by the step alone, all 12 seeds of Evidence III got
+    the same one); the same seed draws the same schedule. Over 40 steps of 3 tasks, the
+    schedules of seeds 0..11 are pairwise different and their assignments are not all one."""
+    curves = {"a": linear(1.0, 0.2, 40), "b": linear(1.0, 0.9, 40), "c": linear(1.0, 0.6, 40)}
+
+    def schedule(seed: int) -> list[tuple[float, ...]]:
+        pacer = EntropyPacer(shuffle=True, seed=seed)
+        return [
+            tuple(pacer.update({t: v[s] for t, v in curves.items()}).values()) for s in range(40)
+        ]
+
+    runs = [schedule(seed) for seed in range(12)]
+    assert schedule(3) == runs[3]
+    assert len({tuple(r) for r in runs}) == 12
+    # at one step after warm-up the 12 seeds do not all give task "a" the same eps
+    assert len({r[20][0] for r in runs}) > 1
+    with pytest.raises(ValueError, match="seed must be an int"):
+        EntropyPacer(shuffle=True, seed=1.5)  # type: ignore[arg-type]
+
+
+def test_the_trainer_seeds_the_shuffled_control_with_the_run_seed() -> None:
+    """The trainer hands its ``seed`` to the pacer (train/trainer.py -> clip_settings)."""
+    from entropace.control import build_clip_rule
+    from entropace.train.algorithms import algorithm_config, clip_settings
+
+    a = algorithm_config("eppo-shuffled")
+    rules = {seed: build_clip_rule("pacer", clip_settings(a, seed=seed)) for seed in (7300, 7301)}
+    assert {seed: r.pacer.seed for seed, r in rules.items()} == {7300: 7300, 7301: 7301}
+
+
 def test_the_trainer_config_honours_or_refuses_eps_under_the_pacer() -> None:
     """Under clip_rule=pacer, algorithm.eps_low / eps_high are never ignored: equal to the
     pacer's starting range they are accepted, otherwise refused at load naming the pacer key;

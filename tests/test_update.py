@@ -498,7 +498,7 @@ def _whitened_row0(values: list[float]) -> float:
 #: What each recipe must hand the loss on the first micro-batch (rows 0-2 of the first
 #: mini-batch): loss name, aggregation, per-trajectory bounds, row-0 advantage.
 FIRST_CALL = {
-    "grpo": ("ppo", "seq-mean-token-mean", (0.2, 0.2), GRPO_A),
+    "grpo": ("ppo", "token-mean", (0.2, 0.2), GRPO_A),
     "dr_grpo": ("ppo", "seq-mean-token-sum-norm", (0.2, 0.2), 2 / 3),
     "dapo": ("ppo", "token-mean", (0.2, 0.28), GRPO_A),
     "rloo": ("ppo", "token-mean", (0.2, 0.2), 1.0),

@@ -67,6 +67,7 @@ class ClipSettings:
         width: the policy loss's trust-region width (what the bounds are, how the pacer's
             pace moves them): ``eps_low`` / ``eps_high`` are in its units and, for a width not
             native to the pacer, are the widths at pace 1.
+        seed: the run's seed (``pacer``: seeds the shuffled control's permutations).
     """
 
     eps_low: float = 0.2
@@ -75,6 +76,7 @@ class ClipSettings:
     pacer: PacerConfig = field(default_factory=PacerConfig)
     bapo: BapoConfig = field(default_factory=BapoConfig)
     width: TrustWidth = RATIO_WIDTH
+    seed: int = 0
 
     def __post_init__(self) -> None:
         self.width.check(self.eps_low, self.eps_high)  # in the loss's units
@@ -183,7 +185,7 @@ class PacerClip:
     needs_logprobs = False
 
     def __init__(self, settings: ClipSettings) -> None:
-        self.pacer = EntropyPacer(config=settings.pacer)
+        self.pacer = EntropyPacer(config=settings.pacer, seed=settings.seed)
         self.width = settings.width
         self.start = (float(settings.eps_low), float(settings.eps_high))
         self.default_bounds = self.widths(settings.pacer.bounds0)

@@ -45,7 +45,9 @@ Ablations (EPPO paper Table 4 and the control its review asks for):
   tracked and logged, so the run shows the pace mismatch the clip is not reacting to.
 - ``trend=False`` ("w/o trend constraint"): ``delta_k`` is computed and logged, not applied.
 - ``shuffle=True`` (the shuffled-eps control of issue 23): after the bounds are computed, the
-  step's ``eps_k`` are permuted across the present tasks (seeded by the step count). The set of
+  step's ``eps_k`` are permuted across the present tasks, by a permutation seeded by the run's
+  seed and the step count (``EntropyPacer(seed=...)``; issue 35: seeded by the step alone, every
+  seed of an experiment got the same schedule, so the control did not vary by seed). The set of
   clip ranges is EPPO's, their assignment to tasks is random: a per-task effect that survives it
   is not EPPO's pacing.
 - ``signal``: what drives the pacer in the slot of ``h_k``:
@@ -185,11 +187,17 @@ class EntropyPacer:
         lo_hi = pacer.bounds()                                # {task: (eps_low, eps_high)}
     """
 
-    def __init__(self, config: PacerConfig | None = None, **options: Any) -> None:
-        """Build from a validated ``config`` or from its fields as keyword options."""
+    def __init__(
+        self, config: PacerConfig | None = None, *, seed: int = 0, **options: Any
+    ) -> None:
+        """Build from a validated ``config`` or from its fields as keyword options. ``seed``
+        (the run's seed) seeds the permutations of ``shuffle=True`` with the step count."""
         if config is not None and options:
             raise ValueError("pass either config= or keyword options, not both")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
         self.config = config if config is not None else PacerConfig(**options)
+        self.seed = seed
         self._tasks: dict[str, _TaskState] = {}
         self.steps = 0
 
@@ -272,10 +280,11 @@ class EntropyPacer:
 
     def _shuffle(self, present: list[str]) -> None:
         """The shuffled-eps control: permute this step's ``eps_k`` across the present tasks
-        (a permutation seeded by the step count, so a resumed run draws the same ones)."""
+        (a permutation seeded by the run's seed and the step count: it varies by seed, and a
+        resumed run draws the same ones)."""
         order = sorted(present)
         values = [self._tasks[t].eps for t in order]
-        random.Random(f"entropace-pacer-shuffle:{self.steps}").shuffle(values)
+        random.Random(f"entropace-pacer-shuffle:{self.seed}:{self.steps}").shuffle(values)
         for task, eps in zip(order, values):
             self._tasks[task].eps = eps
 

@@ -30,7 +30,7 @@ Two deliberate choices, so that recipes differ only in the rule they are about:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from entropace.algos import (
@@ -71,6 +71,7 @@ __all__ = [
     "effective_bounds",
     "get_recipe",
     "loss_config",
+    "recipe_lever",
     "register_recipe",
     "validate_algorithm",
 ]
@@ -283,14 +284,15 @@ def effective_bounds(a: AlgorithmConfig) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def clip_settings(a: AlgorithmConfig) -> ClipSettings:
+def clip_settings(a: AlgorithmConfig, seed: int = 0) -> ClipSettings:
     """What :func:`entropace.control.build_clip_rule` builds ``a.clip_rule`` from (the bounds in
-    the loss's width units, and that width)."""
+    the loss's width units, and that width); ``seed``: the run's seed."""
     lo, hi = effective_bounds(a)
     width = get_policy_loss(a.policy_loss).width or RATIO_WIDTH
     per_task = {k: tuple(v) for k, v in a.task_bounds.items()}
     return ClipSettings(
-        eps_low=lo, eps_high=hi, task_bounds=per_task, pacer=a.pacer, bapo=a.bapo, width=width
+        eps_low=lo, eps_high=hi, task_bounds=per_task, pacer=a.pacer, bapo=a.bapo, width=width,
+        seed=seed,
     )
 
 
@@ -303,35 +305,90 @@ def clip_settings(a: AlgorithmConfig) -> ClipSettings:
 class Recipe:
     """A named algorithm: its identity over :class:`AlgorithmConfig`.
 
+    A recipe is either a baseline of its own (``base=None``: ``overrides`` on top of
+    :data:`IDENTITY`) or a **variant** of another recipe (``base``: ``overrides`` is the lever,
+    the one change the variant makes to its base's identity). Every EPPO and PAPO recipe and
+    every control is a variant, so that comparing it with its base compares exactly that
+    change (issue 35: ``eppo`` once differed from ``grpo`` in its aggregation too);
+    :func:`recipe_lever` derives the difference and ``tests/test_config.py`` checks it equals
+    the declared one for every registered variant.
+
     Attributes:
         name: registry key (``algorithm.name``).
         summary: one line for docs and ``--help``.
         reference: paper (arXiv id) or spec section.
-        overrides: nested ``AlgorithmConfig`` field values; every :data:`IDENTITY` field it
-            does not name takes the default there (checked at registration).
+        overrides: nested ``AlgorithmConfig`` field values; with ``base``, the lever (what
+            the variant changes); without, on top of :data:`IDENTITY` (every identity field
+            it does not name takes the default there).
+        base: the recipe this one is a variant of (None: a baseline of its own).
     """
 
     name: str
     summary: str
     reference: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    base: str | None = None
 
     def identity(self) -> dict[str, Any]:
-        """The recipe's overrides on top of :data:`IDENTITY` (what choosing it sets)."""
-        return merge(IDENTITY, self.overrides)
+        """The recipe's identity (what choosing it sets): its base's identity, or
+        :data:`IDENTITY`, with :attr:`overrides` on top."""
+        below = IDENTITY if self.base is None else get_recipe(self.base).identity()
+        return merge(below, self.overrides)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"pacer": {"alpha": 1}}`` -> ``{"pacer.alpha": 1}`` (an empty dict stays a leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def recipe_lever(name: str, against: str | None = None) -> dict[str, tuple[Any, Any]]:
+    """What recipe ``name`` changes against recipe ``against`` (default: its base), derived
+    from the two resolved :class:`AlgorithmConfig` s: ``{dotted field: (against's value,
+    name's value)}`` over every field but ``name``. Empty for a baseline without a base."""
+    recipe = get_recipe(name)
+    other = against if against is not None else recipe.base
+    if other is None:
+        return {}
+    mine = _flatten(asdict(algorithm_config(name)))
+    theirs = _flatten(asdict(algorithm_config(other)))
+    keys = (set(mine) | set(theirs)) - {"name"}
+    return {
+        k: (theirs.get(k), mine.get(k)) for k in sorted(keys) if mine.get(k) != theirs.get(k)
+    }
 
 
 RECIPES: dict[str, Recipe] = {}
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
-    """Add (or replace) a recipe; its overrides must make a valid ``AlgorithmConfig``."""
+    """Add (or replace) a recipe; its overrides must make a valid ``AlgorithmConfig``, and a
+    variant's lever must change every field it names against its base (no silent no-op)."""
+    previous = RECIPES.get(recipe.name)
     RECIPES[recipe.name] = recipe
     try:
+        if recipe.base == recipe.name:
+            raise ConfigError("a recipe cannot be its own base")
         data = {**recipe.identity(), "name": recipe.name}
         validate_algorithm(build_dataclass(AlgorithmConfig, data, "algorithm"))
+        if recipe.base is not None:
+            declared = set(_flatten(recipe.overrides))
+            changed = set(recipe_lever(recipe.name))
+            if declared != changed:
+                raise ConfigError(
+                    f"its lever {sorted(declared)} against base {recipe.base!r} changes "
+                    f"{sorted(changed)}: a variant must change exactly the fields it names"
+                )
     except ConfigError as exc:
-        del RECIPES[recipe.name]
+        if previous is None:
+            del RECIPES[recipe.name]
+        else:
+            RECIPES[recipe.name] = previous
         raise ConfigError(f"recipe {recipe.name!r}: {exc}") from exc
     return recipe
 
@@ -356,8 +413,9 @@ def algorithm_config(name: str, overrides: dict[str, Any] | None = None) -> Algo
 _EPPO = {"clip_rule": "pacer"}
 
 for _recipe in (
-    Recipe("grpo", "GRPO: group-standardised advantages, PPO clip", "2402.03300",
-           {"agg": "seq-mean-token-mean"}),
+    # GRPO as verl and AgentRL run it: token-mean aggregation (ALGORITHMS.md section 1,
+    # "Aggregation"); the GRPO paper's per-sequence mean is algorithm.agg=seq-mean-token-mean.
+    Recipe("grpo", "GRPO: group-standardised advantages, PPO clip", "2402.03300"),
     Recipe("dr_grpo", "Dr.GRPO: unnormalised group advantages, per-sequence sum / constant",
            "2503.20783", {"advantage": "dr_grpo", "agg": "seq-mean-token-sum-norm"}),
     Recipe("dapo", "DAPO: clip-higher, token-mean, dynamic sampling, overlong penalty",
@@ -403,22 +461,23 @@ for _recipe in (
            {"advantage": "opo"}),
     Recipe("grpo_passk", "GRPO pass@k: only each group's best response gets r_max - r_second",
            "2503.19595", {"advantage": "grpo_passk", "agg": "seq-mean-token-mean"}),
+    # EPPO, PAPO and their controls: each its base plus exactly the change it names.
     Recipe("eppo", "EPPO: per-task clip range paced by retained entropy",
-           "ALGORITHMS.md section 3", dict(_EPPO)),
+           "ALGORITHMS.md section 3", dict(_EPPO), base="grpo"),
     Recipe("papo", "PAPO: advantages reweighted by entropy polarity",
-           "ALGORITHMS.md section 4", {"papo": True}),
+           "ALGORITHMS.md section 4", {"papo": True}, base="grpo"),
     Recipe("eppo+papo", "EPPO pacer and PAPO reweighting together",
-           "ALGORITHMS.md sections 3-4", {**_EPPO, "papo": True}),
+           "ALGORITHMS.md sections 3-4", {"papo": True}, base="eppo"),
     Recipe("eppo-global", "EPPO ablation: one global clip range (w/o task-wise clip)",
-           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"task_wise": False}}),
+           "ALGORITHMS.md section 3", {"pacer": {"task_wise": False}}, base="eppo"),
     Recipe("eppo-notrend", "EPPO ablation: no trend constraint",
-           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"trend": False}}),
+           "ALGORITHMS.md section 3", {"pacer": {"trend": False}}, base="eppo"),
     Recipe("eppo-success", "EPPO control: pacer driven by EMA success rate, not entropy",
-           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"signal": "success"}}),
+           "ALGORITHMS.md section 3", {"pacer": {"signal": "success"}}, base="eppo"),
     Recipe("eppo-shuffled", "EPPO control: the step's eps_k permuted across tasks",
-           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"shuffle": True}}),
+           "ALGORITHMS.md section 3", {"pacer": {"shuffle": True}}, base="eppo"),
     Recipe("eppo-rewardvar", "EPPO control: pacer driven by reward variance, not entropy",
-           "ALGORITHMS.md section 3", {**_EPPO, "pacer": {"signal": "reward_var"}}),
+           "ALGORITHMS.md section 3", {"pacer": {"signal": "reward_var"}}, base="eppo"),
 ):  # fmt: skip
     register_recipe(_recipe)
 
@@ -426,7 +485,6 @@ for _recipe in (
 #: loss's recipe with the pacer over its width; ALGORITHMS.md section 3, "Widths").
 PACED_LOSS_RECIPES = ("cispo", "gmpo", "sapo", "dppo_tv", "dppo_kl", "dro")
 for _name in PACED_LOSS_RECIPES:
-    _base = RECIPES[_name]
     register_recipe(Recipe(
-        f"eppo+{_name}", f"EPPO pacer over the width of {_base.summary.split(':')[0]}",
-        "ALGORITHMS.md section 3", {**_base.overrides, **_EPPO}))  # fmt: skip
+        f"eppo+{_name}", f"EPPO pacer over the width of {RECIPES[_name].summary.split(':')[0]}",
+        "ALGORITHMS.md section 3", dict(_EPPO), base=_name))  # fmt: skip

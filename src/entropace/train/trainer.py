@@ -181,7 +181,9 @@ def build_learner(cfg: TrainConfig, model: Any) -> Learner:
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        clip_rule=build_clip_rule(cfg.algorithm.clip_rule, clip_settings(cfg.algorithm)),
+        clip_rule=build_clip_rule(
+            cfg.algorithm.clip_rule, clip_settings(cfg.algorithm, seed=cfg.seed)
+        ),
         polarity=polarity,
         reference=build_reference(cfg, model),
         cfg=cfg,

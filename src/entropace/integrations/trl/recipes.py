@@ -287,7 +287,7 @@ def resolve_recipe(
     if a.clip_rule == "pacer":
         from entropace.train.algorithms import get_recipe
 
-        fields = dict(get_recipe(name).overrides.get("pacer", {}))
+        fields = dict(get_recipe(name).identity().get("pacer", {}))
         recipe_pacer = _merge_controller("pacer", a.pacer, pacer, PacerConfig, fields)
         if width.native:  # the pacer's own range; otherwise the loss's (GSPO's) own bounds
             mapped["epsilon"], mapped["epsilon_high"] = recipe_pacer.bounds0

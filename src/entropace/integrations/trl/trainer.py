@@ -176,6 +176,7 @@ class EntropaceGRPOTrainer(GRPOTrainer):
                 eps_high=eps[1],
                 pacer=recipe.pacer or PacerConfig(),
                 width=recipe.width,
+                seed=int(args.seed),
             ),
             polarity=recipe.polarity,
             recipe=recipe.name,

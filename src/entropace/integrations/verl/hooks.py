@@ -97,7 +97,8 @@ def settings_from_config(config: Any) -> HookSettings:
     ``tau_pos``; DRO's ``policy_loss.dro_beta``) and the optional ``entropace`` section:
     ``algorithm`` (a recipe name) and ``options`` (nested overrides of the recipe, e.g.
     ``{"pacer": {"alpha": 0.5}, "polarity": {"lam": 0.3}}``), validated by
-    :func:`entropace.train.algorithms.algorithm_config`.
+    :func:`entropace.train.algorithms.algorithm_config`, and ``seed`` (the run's seed, which
+    seeds the shuffled-pacer control's permutations; default verl's ``data.seed``, else 0).
 
     Raises:
         ValueError: a loss_mode the entropace trainer does not drive, or a clip rule that needs
@@ -130,7 +131,12 @@ def settings_from_config(config: Any) -> HookSettings:
         )
     low, high = mode.widths(actor)
     width = algorithms.clip_settings(a).width  # the loss's (the PPO family's if it has none)
-    settings = ClipSettings(eps_low=low, eps_high=high, pacer=a.pacer, bapo=a.bapo, width=width)
+    seed = section.get("seed", _plain(config.get("data", None) or {}).get("seed", 0))
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"entropace.seed (or data.seed) must be an int, got {seed!r}")
+    settings = ClipSettings(
+        eps_low=low, eps_high=high, pacer=a.pacer, bapo=a.bapo, width=width, seed=seed
+    )
     bounds = (settings.eps_low, settings.eps_high)
     if a.clip_rule == "pacer" and width.native and bounds != a.pacer.bounds0:
         raise ValueError(
