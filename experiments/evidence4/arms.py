@@ -64,3 +64,14 @@ PILOT_ARMS = (
     Arm("eppo-a0.8-async2", "eppo", (*dose(0.8), *ASYNC), "grpo-async2",
         ("algorithm.clip_rule", *DOSE_KEYS)),
 )  # fmt: skip
+
+#: PAPO's phase controller (issue 35, item 3): Evidence III's PAPO favoured contraction while the
+#: tasks collapsed (its phase EMA, beta 0.95, lags a collapse that halves the entropy in 5
+#: steps). Pilots of faster phase signals, on the pilot seeds, against the pilots' grpo.
+PAPO_PILOT_ARMS = (
+    Arm("papo", "papo", (), "grpo", ("algorithm.papo",)),
+    Arm("papo-b0.5", "papo", ("algorithm.polarity.beta=0.5",), "papo",
+        ("algorithm.polarity.beta",)),
+    Arm("papo-b0.5-ks5", "papo", ("algorithm.polarity.beta=0.5", "algorithm.polarity.kappa_slope=5"),
+        "papo", ("algorithm.polarity.beta", "algorithm.polarity.kappa_slope")),
+)  # fmt: skip

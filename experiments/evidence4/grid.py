@@ -1,6 +1,7 @@
 """Run Evidence IV's pilots or grid (``arms.py``), resumable within and across sessions.
 
     python experiments/evidence4/grid.py pilots [--out DIR] [--jobs 2]
+    python experiments/evidence4/grid.py papo-pilots [--out DIR] [--jobs 2]
     python experiments/evidence4/grid.py grid   [--out DIR] [--jobs 2]
 
 Runs are trained by ``entropace``'s grid runner (``entropace.report.grid.run_grid``: one
@@ -38,9 +39,11 @@ def plan(which: str) -> tuple[tuple[A.Arm, ...], list[list[int]]]:
     """The arms and seed blocks of ``pilots`` or ``grid``."""
     if which == "pilots":
         return A.PILOT_ARMS, [list(A.PILOT_SEEDS)]
+    if which == "papo-pilots":
+        return A.PAPO_PILOT_ARMS, [list(A.PILOT_SEEDS)]
     if which == "grid":
         return A.GRID_ARMS, [list(b) for b in A.BLOCKS]
-    raise SystemExit(f"unknown set {which!r}: pilots | grid")
+    raise SystemExit(f"unknown set {which!r}: pilots | papo-pilots | grid")
 
 
 def archived(which: str, arm: A.Arm, seed: int) -> Path:
@@ -65,7 +68,7 @@ def archive(which: str, arm: A.Arm, seed: int, run_dir: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("set", choices=("pilots", "grid"))
+    ap.add_argument("set", choices=("pilots", "papo-pilots", "grid"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
