@@ -271,3 +271,38 @@ def test_pace_figure_of_a_fixed_clip_run(tmp_path: Path) -> None:
     md = (tmp_path / "grpo" / "report" / "summary.md").read_text()
     caption = next(ln for ln in md.splitlines() if ln.startswith("![Clip control"))
     assert "z-score" not in caption
+
+
+def test_wilcoxon_signed_rank_is_exact_against_scipy_and_brute_force() -> None:
+    """Without ties: equal to SciPy's exact test; with ties: equal to a brute force over all
+    2^n sign assignments of the averaged ranks (SciPy uses a normal approximation there)."""
+    import itertools
+    import random
+
+    from scipy import stats as sps
+
+    from entropace.report.stats import wilcoxon_signed_rank
+
+    rng = random.Random(3)
+    for n in (1, 5, 12, 24):
+        d = [rng.gauss(-0.5, 1.0) for _ in range(n)]
+        a = {s: x for s, x in enumerate(d)}
+        b = {s: 0.0 for s in range(n)}
+        for alt in ("two-sided", "less", "greater"):
+            ref = sps.wilcoxon(d, alternative=alt, method="exact").pvalue
+            assert wilcoxon_signed_rank(a, b, alt) == pytest.approx(ref, rel=1e-12)
+    tied = [1.0, -1.0, 2.0, 2.0, -3.0, 0.0, 4.0, 4.0, 4.0]  # a zero, tied magnitudes
+    nz = [x for x in tied if x != 0]
+    ranks = sps.rankdata([abs(x) for x in nz])
+    w_obs = sum(r for r, x in zip(ranks, nz) if x > 0)
+    ws = [sum(r for r, sgn in zip(ranks, signs) if sgn) for signs in
+          itertools.product([0, 1], repeat=len(nz))]  # fmt: skip
+    lower = sum(w <= w_obs + 1e-9 for w in ws) / len(ws)
+    upper = sum(w >= w_obs - 1e-9 for w in ws) / len(ws)
+    a = {s: x for s, x in enumerate(tied)}
+    b = {s: 0.0 for s in range(len(tied))}
+    assert wilcoxon_signed_rank(a, b, "less") == pytest.approx(lower, abs=1e-15)
+    assert wilcoxon_signed_rank(a, b, "greater") == pytest.approx(upper, abs=1e-15)
+    assert wilcoxon_signed_rank(a, b) == pytest.approx(min(1.0, 2 * min(lower, upper)))
+    assert wilcoxon_signed_rank({0: 1.0}, {0: 1.0}) is None
+    assert wilcoxon_signed_rank({0: 1.0, 1: None}, {0: 0.0, 1: 2.0}, "greater") == 0.5

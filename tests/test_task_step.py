@@ -129,6 +129,32 @@ def test_reweight_equals_polarity_reweight_and_masses_a_loop() -> None:
     torch.testing.assert_close(torch.cat(parts), out, rtol=1e-5, atol=1e-6)
 
 
+def test_papo_pressure_per_task_is_a_loop_over_the_reweighted_advantages() -> None:
+    """task/<k>/papo_pressure = sum_k |A'| / sum_k |A| over task k's masked tokens (issue 35:
+    the batch-wide rescale keeps the total, so pressure moves between tasks); its |A|-weighted
+    mean over the tasks is 1; a task without |A| gets none."""
+    ts = eppo_papo()
+    run(ts, 2)
+    g = torch.Generator().manual_seed(7)
+    adv = torch.randn(6, generator=g)
+    adv[4:] = 0.0  # rows 4-5: the last task has no advantage
+    sens = torch.randn(6, 5, generator=g)
+    mask = (torch.rand(6, 5, generator=g) > 0.3).float()
+    ids = torch.tensor([0, 0, 1, 1, 2, 2])
+    out, masses = ts.reweight(adv, sens, mask, task_ids=ids)
+    totals = {}
+    for k, name in enumerate(ts.tasks[:2]):
+        before = sum(abs(float(adv[i])) * float(mask[i, t]) for i in range(6) for t in range(5)
+                     if int(ids[i]) == k)  # fmt: skip
+        after = sum(abs(float(out[i, t])) for i in range(6) for t in range(5)
+                    if int(ids[i]) == k and mask[i, t])  # fmt: skip
+        assert masses[f"task/{name}/papo_pressure"] == pytest.approx(after / before, rel=1e-6)
+        totals[name] = (before, after)
+    assert f"task/{ts.tasks[2]}/papo_pressure" not in masses
+    assert sum(a for _, a in totals.values()) == pytest.approx(sum(b for b, _ in totals.values()))
+    assert ts.metrics[f"task/{ts.tasks[0]}/papo_pressure"] != 1.0  # pressure moved
+
+
 def test_masses_are_undefined_without_any_advantage() -> None:
     """No token with a non-zero advantage: no share of sum|A| exists, so the masses are NaN
     (logged as null, drawn as a gap), not 0 (which reads as "no mass on either branch");

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from entropace.report.experiment import Comparison
+
 #: lab v3 (docs/lab.md), 40 steps: the preset every arm runs
 PRESET = "lab3"
 STEPS = 40
@@ -75,3 +77,89 @@ PAPO_PILOT_ARMS = (
     Arm("papo-b0.5-ks5", "papo", ("algorithm.polarity.beta=0.5", "algorithm.polarity.kappa_slope=5"),
         "papo", ("algorithm.polarity.beta", "algorithm.polarity.kappa_slope")),
 )  # fmt: skip
+
+# --------------------------------------------------------------------------------------- grid
+#: EPPO's calibrated dose: the smallest pilot alpha whose realised spread (run mean of
+#: eps_k(hard) - eps_k(easy)) reached 2/3 of fast-tight's 0.30 (PREREGISTRATION.md, "Dose")
+CALIBRATED_ALPHA = float("nan")  # set from the pilots before the preregistration is frozen
+#: the experiment's seeds: chosen before any run, never used by a pilot or by Evidence III
+SEEDS = tuple(range(7400, 7424))
+#: seed blocks: every arm of a block before the next block
+BLOCKS = tuple(tuple(SEEDS[i : i + 4]) for i in range(0, len(SEEDS), 4))
+
+
+def _grid_arms(alpha: float) -> tuple[Arm, ...]:
+    d, p = dose(alpha), ("algorithm.clip_rule", *DOSE_KEYS)
+    on = (
+        Arm("grpo", "grpo"),
+        Arm("eppo-dose", "eppo", d, "grpo", p),
+        Arm("eppo", "eppo", (), "grpo", ("algorithm.clip_rule",)),
+        Arm("eppo-dose-shuffled", "eppo-shuffled", d, "eppo-dose", ("algorithm.pacer.shuffle",)),
+        Arm("eppo-dose-success", "eppo-success", d, "eppo-dose", ("algorithm.pacer.signal",)),
+    )
+    lag = ("rollout.mode", "rollout.max_staleness")
+    off = tuple(
+        Arm(f"{a.name}-async2", a.algo, (*a.overrides, *ASYNC),
+            f"{a.comparator}-async2" if a.comparator else "grpo", a.lever or lag)
+        for a in on
+    )  # fmt: skip
+    controls = (
+        Arm("grpo-eps0.1", "grpo", ("algorithm.eps_low=0.1", "algorithm.eps_high=0.1"),
+            "grpo-eps0.4", ("algorithm.eps_low", "algorithm.eps_high")),
+        Arm("grpo-eps0.4", "grpo", ("algorithm.eps_low=0.4", "algorithm.eps_high=0.4"),
+            "grpo", ("algorithm.eps_low", "algorithm.eps_high")),
+        Arm("fast-tight", "grpo", (FAST_TIGHT,), "fast-wide", ("algorithm.task_bounds",)),
+        Arm("fast-wide", "grpo", (FAST_WIDE,), "grpo", ("algorithm.task_bounds",)),
+    )  # fmt: skip
+    papo = (
+        Arm("papo", "papo", PAPO_PHASE, "grpo", ("algorithm.papo", *PAPO_PHASE_KEYS)),
+        Arm("eppo+papo", "eppo+papo", PAPO_PHASE, "eppo", ("algorithm.papo", *PAPO_PHASE_KEYS)),
+    )  # fmt: skip
+    return (*on, *off, *controls, *papo)
+
+
+#: The confirmatory family on pace_gap, Holm-corrected over its members (PREREGISTRATION.md)
+FAMILY = (
+    Comparison("C1 global clip", "grpo-eps0.1", "grpo-eps0.4", "two-sided"),
+    Comparison("C3 per-task clip", "fast-tight", "fast-wide", "two-sided"),
+    Comparison("H1 EPPO (dose) vs GRPO", "eppo-dose", "grpo", "less"),
+    Comparison("H2 EPPO (dose) vs shuffled", "eppo-dose", "eppo-dose-shuffled", "less"),
+    Comparison("H3 EPPO (dose) vs success pacer", "eppo-dose", "eppo-dose-success", "two-sided"),
+    Comparison("H4 EPPO (dose) vs GRPO, async", "eppo-dose-async2", "grpo-async2", "less"),
+    Comparison("H5 EPPO (dose) vs shuffled, async", "eppo-dose-async2",
+               "eppo-dose-shuffled-async2", "less"),
+    Comparison("H6 EPPO (dose) vs success pacer, async", "eppo-dose-async2",
+               "eppo-dose-success-async2", "two-sided"),
+    Comparison("H7 EPPO (default) vs GRPO", "eppo", "grpo", "less"),
+    Comparison("H8 EPPO (default) vs GRPO, async", "eppo-async2", "grpo-async2", "less"),
+)  # fmt: skip
+#: Secondary pairs (descriptive.md): the family's and PAPO's
+DESCRIBED = (
+    *((c.a, c.b) for c in FAMILY),
+    ("papo", "grpo"), ("eppo+papo", "eppo"), ("grpo-async2", "grpo"), ("eppo-dose", "eppo"),
+)  # fmt: skip
+
+
+def decisions(sig: dict[str, bool]) -> list[str]:
+    """The preregistered decision rule, applied to the family's Holm-significance."""
+    yes = lambda name: "yes" if sig[name] else "no"  # noqa: E731
+    if not sig["C1 global clip"]:
+        return ["Global positive control FAILED: the clip range does not move the pace gap "
+                "here; nothing below is testable."]  # fmt: skip
+    out = ["Global positive control passed (C1)."]
+    if not sig["C3 per-task clip"]:
+        return [*out, "Per-task positive control FAILED: per-task clip ranges do not move the "
+                "pace gap here; the EPPO comparisons are not testable."]  # fmt: skip
+    out.append("Per-task positive control passed (C3).")
+    for regime, h, h2, h3 in (("on-policy", "H1 EPPO (dose) vs GRPO",
+                               "H2 EPPO (dose) vs shuffled", "H3 EPPO (dose) vs success pacer"),
+                              ("async k=2", "H4 EPPO (dose) vs GRPO, async",
+                               "H5 EPPO (dose) vs shuffled, async",
+                               "H6 EPPO (dose) vs success pacer, async")):  # fmt: skip
+        out.append(f"{regime}: EPPO at the calibrated dose lowers the pace gap against GRPO: "
+                   f"{yes(h)}; the pacing is EPPO's entropy signal (also beats shuffled "
+                   f"eps_k): {'yes' if sig[h] and sig[h2] else 'no'}; EPPO differs from the "
+                   f"success pacer: {yes(h3)}.")  # fmt: skip
+    out.append(f"EPPO at the default dose lowers the pace gap: on-policy "
+               f"{yes('H7 EPPO (default) vs GRPO')}, async {yes('H8 EPPO (default) vs GRPO, async')}.")  # fmt: skip
+    return out

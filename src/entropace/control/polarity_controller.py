@@ -12,8 +12,10 @@ from the batch mean token entropy ``Hbar(s)`` of the rollout:
 
 ``u > 0`` (entropy below target, or falling) favours the entropy-expanding branch ``P > 0``.
 The EMA, reference and warmup rules are EPPO's (see :mod:`entropace.control._ratio`): during
-warmup ``rho = 1`` and ``g = 0``, so ``u = tanh(kappa (rho_target - 1))`` (with the defaults,
-entropy is at its reference, above target, and contraction is mildly favoured).
+warmup ``rho = 1`` and ``g = 0``, so ``u = tanh(kappa (rho_target - 1))``: with
+``rho_target = 0.6`` and ``kappa = 4``, ``u = -0.92`` (``w_plus = 0.54``, ``w_minus = 1.46``):
+entropy is at its reference, above target, and contraction is strongly favoured until the
+phase signal has fallen towards the target.
 
 The weights are applied by :func:`entropace.algos.polarity_reweight` to the advantages, before any
 policy loss sees them (``A' = w_plus A`` where ``P > 0``, ``w_minus A`` where ``P < 0``, then a

@@ -25,7 +25,11 @@ engine adapter calls, once per training step (one generation batch):
    - the batch: ``entropy``, ``reward``, ``success``, ``abnormal``, ``response_tokens``;
    - PAPO: ``polarity/{w_plus, w_minus, u, rho}`` and, after :meth:`reweight`,
      ``polarity/{pos_mass, neg_mass}`` (shares of ``sum |A|`` on ``P > 0`` / ``P < 0``
-     tokens, before reweighting; NaN when ``sum |A| = 0``: no share is defined).
+     tokens, before reweighting; NaN when ``sum |A| = 0``: no share is defined) and, given
+     the rows' task ids, ``task/<k>/papo_pressure = sum_k |A'| / sum_k |A|`` over task k's
+     masked tokens: the batch-wide rescale keeps the total, so PAPO moves pressure between
+     tasks whose branch masses differ (issue 35: favouring contraction took pressure from the
+     task whose mass was mostly expanding).
 
 State: :meth:`TaskStep.state_dict` is the one controller-state format every engine writes (our
 trainer's ``state.json["controller"]``, the TRL plug-in's ``entropace_state.json``, the verl
@@ -242,6 +246,7 @@ class TaskStep:
         *,
         reduce: Reduce | None = None,
         world_size: int = 1,
+        task_ids: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
         """PAPO on this process's rows with the GLOBAL batch's rescaling factor.
 
@@ -251,9 +256,13 @@ class TaskStep:
         several processes ``c`` must be the global batch's: the local result is multiplied by
         ``c_global / c_local`` (sums of ``|A|`` and ``|w A|`` reduced across processes).
 
+        ``task_ids`` (``[B]``, indices into :attr:`tasks`): also
+        ``task/<k>/papo_pressure`` for each task with ``sum_k |A| > 0`` (reduced like the
+        masses).
+
         Returns:
-            ``(A' [B, T] float32, {"polarity/pos_mass", "polarity/neg_mass"})`` (also added to
-            :attr:`metrics`).
+            ``(A' [B, T] float32, {"polarity/pos_mass", "polarity/neg_mass", ...})`` (also
+            added to :attr:`metrics`).
         """
         if self.polarity is None:
             raise RuntimeError("reweight: this TaskStep has no PAPO controller")
@@ -287,6 +296,17 @@ class TaskStep:
             "polarity/pos_mass": pos / total if total > 0 else math.nan,  # no |A|: undefined
             "polarity/neg_mass": neg / total if total > 0 else math.nan,
         }
+        if task_ids is not None:
+            k = len(self.tasks)
+            rows = task_ids.to(adv.device).long()
+            before = torch.zeros(k, dtype=torch.float64, device=adv.device)
+            after_k = torch.zeros(k, dtype=torch.float64, device=adv.device)
+            before.index_add_(0, rows, a_abs.sum(dim=1))
+            after_k.index_add_(0, rows, torch.where(keep, out.abs().double(), 0.0).sum(dim=1))
+            b_k, a_k = reduce(torch.stack([before, after_k])).tolist()
+            for name, b, a in zip(self.tasks, b_k, a_k, strict=True):
+                if b > 0:
+                    masses[f"task/{name}/papo_pressure"] = a / b
         self.metrics.update(masses)
         return out, masses
 

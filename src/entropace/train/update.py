@@ -179,7 +179,7 @@ def update_step(
 
     # (c) PAPO: polarity P = A * S (S recorded at sampling), masses before reweighting
     if control.polarity is not None:
-        adv, masses = control.reweight(adv, batch.sensitivity, mask)
+        adv, masses = control.reweight(adv, batch.sensitivity, mask, task_ids=batch.task_ids)
         metrics.update(masses)
 
     # (d) per-trajectory clip bounds [B, 1] from the per-task bounds
