@@ -109,12 +109,24 @@ def confirmatory(rows: dict[str, list[dict]]) -> tuple[str, dict[str, bool]]:
     results = family_tests(primary, A.FAMILY)
     sig = {r.comparison.name: r.significant for r in results}
     censored = {arm: sum(bool(x.get("pace_gap_censored")) for x in r) for arm, r in rows.items()}
+    secondary = family_tests(primary, A.SECONDARY)
+    lines = ["| comparison | d = a - b (mean ± 95% t) | pairs | alternative | t p | Wilcoxon p |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in secondary:
+        c, ci = r.comparison, r.difference
+        w = wilcoxon_signed_rank(primary.get(c.a, {}), primary.get(c.b, {}), c.alternative)
+        lines.append(f"| {c.name}: {c.a} - {c.b} | {ci.format(3) if ci else 'n/a'} | "
+                     f"{ci.n if ci else 0} | {c.alternative} | "
+                     f"{'n/a' if r.p is None else f'{r.p:.3g}'} | "
+                     f"{'n/a' if w is None else f'{w:.3g}'} |")  # fmt: skip
     text = ("# Evidence IV: confirmatory tests (PREREGISTRATION.md)\n\nPrimary measure: `pace_gap` "
             "(steps; the slowest task's entropy half-life minus the fastest's, per run). Paired "
             f"t tests over seeds, Holm-corrected over the family of {len(A.FAMILY)} at alpha "
             "0.05.\n\n" + family_table(results) + "\n\nRuns with a censored half-life per arm: "
             + ", ".join(f"{a} {n}" for a, n in censored.items()) + ".\n\n"
-            + "\n".join(f"- {line}" for line in A.decisions(sig)) + "\n")  # fmt: skip
+            + "\n".join(f"- {line}" for line in A.decisions(sig))
+            + "\n\n## Secondary comparisons (preregistered, not corrected: exploratory)\n\n"
+            + "\n".join(lines) + "\n")  # fmt: skip
     return text, sig
 
 
