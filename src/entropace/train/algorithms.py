@@ -40,6 +40,7 @@ from entropace.algos import (
     get_advantage,
     get_policy_loss,
 )
+from entropace.algos.limits import ENTROPY_COEF_MAX, KL_BETA_MAX
 from entropace.algos.widths import RATIO_WIDTH
 from entropace.control import (
     CLIP_RULES,
@@ -166,11 +167,13 @@ MAX_WARMUP = 1_000_000
 # :func:`validate_algorithm`; any other number is finite (floats) or in [0, 2**31 - 1] (ints).
 # The controllers' and the losses' configs check their own relations on construction.
 register_ranges(AlgorithmConfig, {
-    "seq_norm": Range(0, lo_open=True),
-    "eps_low": Range(0, lo_open=True),  # < 1 for a ratio bound: validate_algorithm
+    "seq_norm": Range(1, note="a number of tokens, the divisor of the per-sequence sums"),
+    # the loss's own range (its width's limits) and < 1 for a ratio bound: validate_algorithm
+    "eps_low": Range(0, lo_open=True),
     "eps_high": Range(0, lo_open=True),
-    "kl_beta": Range(0),
-    "entropy_coef": Range(0),
+    # finite in float32 over 2**24 tokens (entropace.algos.limits)
+    "kl_beta": Range(0, KL_BETA_MAX, note="the float32 loss stays finite"),
+    "entropy_coef": Range(0, ENTROPY_COEF_MAX, note="the float32 loss stays finite"),
 })  # fmt: skip
 register_ranges(OverlongConfig, {
     "max_len": Range(1, MAX_OVERLONG_TOKENS),
