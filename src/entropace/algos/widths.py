@@ -136,7 +136,7 @@ def paced_widths(
 
     Returns:
         ``eps`` itself for a native width; else ``start_j (eps_j / eps0_j) ** power`` per side
-        (computed as ``exp(log w0 + power log(eps / eps0))``: no overflow); either clamped into
+        (its logarithm compared with the limits first: no overflow); either clamped into
         ``width.limits`` (:meth:`TrustWidth.clamp`): always finite and > 0. At
         ``eps == eps0`` this is ``start`` exactly (``start`` is within the limits).
     """
@@ -146,8 +146,10 @@ def paced_widths(
             w = float(e)
         elif e == e0:
             w = float(w0)
-        else:
-            log_w = math.log(float(w0)) + width.power * math.log(float(e) / float(e0))
-            w = math.exp(min(log_w, math.log(width.limits[1])))
+        else:  # the log first: w0 f**power itself may overflow (f = 1e-300 / 0.5, power -1)
+            f = float(e) / float(e0)
+            log_w = math.log(float(w0)) + width.power * math.log(f)
+            lo, hi = width.limits
+            w = hi if log_w >= math.log(hi) else lo if log_w <= math.log(lo) else w0 * f**width.power
         out.append(width.clamp(w, low=side == 0))
     return out[0], out[1]

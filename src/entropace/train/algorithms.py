@@ -40,7 +40,7 @@ from entropace.algos import (
     get_advantage,
     get_policy_loss,
 )
-from entropace.algos.limits import ENTROPY_COEF_MAX, KL_BETA_MAX
+from entropace.algos.limits import ENTROPY_COEF_MAX, KL_BETA_MAX, RATIO_MAX
 from entropace.algos.widths import RATIO_WIDTH
 from entropace.control import (
     CLIP_RULES,
@@ -179,7 +179,10 @@ register_ranges(OverlongConfig, {
     "max_len": Range(1, MAX_OVERLONG_TOKENS),
     "cache_len": Range(1, MAX_OVERLONG_TOKENS),
 })  # fmt: skip
-register_ranges(PacerConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
+register_ranges(PacerConfig, {
+    "warmup_steps": Range(1, MAX_WARMUP),
+    "eps_high0": Range(0, RATIO_MAX, lo_open=True, note="a ratio half-width; no ratio is above e^20"),
+})  # fmt: skip
 register_ranges(PolarityConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
 
 

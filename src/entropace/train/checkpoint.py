@@ -96,6 +96,20 @@ def _disk_full(exc: BaseException, free: int, needed: int) -> bool:
     return free < needed
 
 
+def _disk_full_message(root: Path, step: int, free: int, needed: int) -> str:
+    kept = list_checkpoints(root)
+    return (
+        f"not checkpointing step {step}: no space left on the device of {root} "
+        f"({_mib(max(free, 0))} free when the write failed; this checkpoint needs about "
+        f"{_mib(needed)}); "
+        + (
+            f"the earlier checkpoint {kept[-1].name} is kept. Free some space, then continue "
+            f"with: entropace train --resume {root.parent}"
+            if kept else "no earlier checkpoint. Free some space and start the run again"
+        )
+    )  # fmt: skip
+
+
 def _free_bytes(path: Path) -> int:
     try:
         st = os.statvfs(path)
@@ -265,20 +279,15 @@ def save_checkpoint(
         _fsync(tmp)
     except Exception as exc:  # OSError, torch's RuntimeError, SafetensorError
         free, needed = _free_bytes(root), _state_bytes(weights, optimizer)
-        shutil.rmtree(tmp, ignore_errors=True)
         if not _disk_full(exc, free, needed):
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
-        kept = list_checkpoints(root)
-        raise CheckpointDiskFullError(
-            f"not checkpointing step {step}: no space left on the device of {root} "
-            f"({_mib(max(free, 0))} free when the write failed; this checkpoint needs about "
-            f"{_mib(needed)}); "
-            + (
-                f"the earlier checkpoint {kept[-1].name} is kept. Free some space, then "
-                f"continue with: entropace train --resume {root.parent}"
-                if kept else "no earlier checkpoint. Free some space and start the run again"
-            )
-        ) from exc
+        full = (free, needed)
+    else:
+        full = None
+    if full is not None:  # raised out here: the failed writer (its open file) is released
+        shutil.rmtree(tmp, ignore_errors=True)  # first, so that its space is freed
+        raise CheckpointDiskFullError(_disk_full_message(root, step, *full))
     if final.exists():  # re-saving the same step (e.g. stop right after a periodic save)
         shutil.rmtree(final)
     os.replace(tmp, final)
