@@ -19,7 +19,7 @@ import torch
 from entropace import algos
 from entropace._text import printable
 from entropace.algos import LossInputs, get_policy_loss, register_policy_loss
-from entropace.algos.limits import F32_MAX, F32_TINY, RATIO_MAX
+from entropace.algos.limits import F32_MAX, POSITIVE_MIN, RATIO_MAX
 from entropace.algos.widths import RATIO_WIDTH, paced_widths
 from entropace.cli import main
 from entropace.control import ClipSettings, PacerConfig, build_clip_rule
@@ -52,7 +52,7 @@ RUN = ["eval.every=0", "log.progress=false", "log.trackers=[]", "log.report=fals
         ("algo=dro algorithm.loss_options.beta=1e-300", r"beta must be a number in \[1.2e-38"),
         # F11: crashed at step 3
         ("algo=dppo_tv algorithm.loss_options.ratio_cap=1e300",
-         r"algorithm.loss_options: ratio_cap must be a number in \[1.18e-38, 4.85e\+08\]; got "
+         r"algorithm.loss_options: ratio_cap must be a number in \[1.2e-38, 4.85e\+08\]; got "
          r"1e\+300 \(the ratio is at most e\^20"),
         # F14: loss 0 and gradient 0 at every step
         ("algo=sapo algorithm.loss_options.tau_pos=1e300",
@@ -69,6 +69,8 @@ RUN = ["eval.every=0", "log.progress=false", "log.trackers=[]", "log.report=fals
         ("algo=eppo+dppo_kl algorithm.eps_low=5e-324 algorithm.eps_high=5e-324",
          r"algorithm.eps_low \(binary-KL threshold\) must be a number in \[1.2e-38, 3.4e\+38\]"),
         ("algo=eppo algorithm.pacer.eps_high0=1e300",
+         r"algorithm.pacer.eps_high0 must be a finite number in \(0, 485165195.4"),
+        ("algo=grpo algorithm.eps_high=1e300",
          r"algorithm.eps_high \(ratio bound\) must be a number in \[1.2e-38, 4.9e\+08\]"),
         ("algo=dppo_tv algorithm.eps_high=2", r"eps_high \(total-variation threshold\) must be a"),
         # the other options whose float32 arithmetic overflows
@@ -95,8 +97,8 @@ def test_options_outside_float32s_finite_range_fail_when_the_config_loads(overri
         ("sapo", {"tau_pos": 2e-31, "tau_neg": 2e-31}, None),
         ("dro", {"beta": 1e29}, None),
         ("dro", {"beta": 1.2e-38}, None),
-        ("dppo_tv", {"ratio_cap": RATIO_MAX}, (F32_TINY, 1.0)),
-        ("dppo_kl", {"ratio_cap": F32_TINY}, (F32_MAX, F32_MAX)),
+        ("dppo_tv", {"ratio_cap": RATIO_MAX}, (POSITIVE_MIN, 1.0)),
+        ("dppo_kl", {"ratio_cap": POSITIVE_MIN}, (F32_MAX, F32_MAX)),
         ("ppo", {"dual_clip": RATIO_MAX}, (0.999, RATIO_MAX)),
         ("dcpo", {"r_max": RATIO_MAX}, (RATIO_MAX, RATIO_MAX)),
         ("kl_cov", {"kl_coef": 1e30}, None),
@@ -130,12 +132,12 @@ def test_paced_widths_stay_finite_and_positive() -> None:
     gmpo, kl = get_policy_loss("gmpo").width, get_policy_loss("dppo_kl").width
     assert paced_widths(gmpo, (0.99, 0.99), (0.5, 0.5), (20.0, 20.0)) == (20.0, 20.0)
     assert paced_widths(gmpo, (0.99, 0.99), (0.5, 0.5), (4.0, 4.0)) == pytest.approx((7.92, 7.92))
-    low = paced_widths(kl, (0.01, 0.01), (0.5, 0.5), (F32_TINY, 1e-30))
-    assert low == (F32_TINY, pytest.approx(4e-34))
+    low = paced_widths(kl, (0.01, 0.01), (0.5, 0.5), (POSITIVE_MIN, 1e-30))
+    assert low == (POSITIVE_MIN, pytest.approx(4e-34))
     sapo = get_policy_loss("sapo").width  # power -1: a pace 1e-300 / 0.5 would overflow
     assert paced_widths(sapo, (1e-300, 1e-300), (0.5, 0.5), (1.0, 1.0)) == (7e29, 7e29)
     native = RATIO_WIDTH
-    assert paced_widths(native, (1e-300, 0.3), (0.2, 0.2), (0.2, 0.2)) == (F32_TINY, 0.3)
+    assert paced_widths(native, (1e-300, 0.3), (0.2, 0.2), (0.2, 0.2)) == (POSITIVE_MIN, 0.3)
     for w in (*low, *paced_widths(sapo, (1e-300,) * 2, (0.5,) * 2, (1.0,) * 2)):
         assert 0 < torch.tensor(w, dtype=torch.float32).item() < math.inf
 

@@ -50,6 +50,7 @@ __all__ = [
     "KL_BETA_MAX",
     "KL_COEF_MAX",
     "LOG_RATIO_MAX",
+    "POSITIVE_MIN",
     "RATIO_MAX",
     "SAPO_TAU_MAX",
     "SAPO_TAU_MIN",
@@ -79,6 +80,8 @@ def round_in(value: float, *, up: bool) -> float:
     return float(f"{digits}e{exp}")
 
 
+#: The smallest width or positive option accepted: ``F32_TINY`` rounded up, 1.2e-38.
+POSITIVE_MIN = round_in(F32_TINY, up=True)
 #: SAPO's gate ``(4 / tau) sigmoid(tau (r - 1))``: ``tau (R - 1)`` finite; ``4 / tau`` a term.
 SAPO_TAU_MAX = round_in(F32_MAX / (RATIO_MAX - 1.0), up=False)
 SAPO_TAU_MIN = round_in(4.0 / TERM_MAX, up=True)

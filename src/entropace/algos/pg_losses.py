@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from entropace.algos.limits import DRO_BETA_MAX, F32_TINY, round_in
+from entropace.algos.limits import DRO_BETA_MAX, POSITIVE_MIN
 from entropace.algos.policy_losses import (
     LossInputs,
     _check_range,
@@ -38,7 +38,7 @@ __all__ = ["DRO_WIDTH", "DROLossConfig", "GPGLossConfig"]
 #: over 2**24 tokens finite (:mod:`entropace.algos.limits`).
 DRO_WIDTH = TrustWidth(
     "log-ratio penalty", power=-1.0, options=("beta", "beta"),
-    limits=(round_in(F32_TINY, up=True), DRO_BETA_MAX),
+    limits=(POSITIVE_MIN, DRO_BETA_MAX),
 )  # fmt: skip
 
 

@@ -45,8 +45,8 @@ from torch import Tensor
 
 from entropace.algos.limits import (
     F32_MAX,
-    F32_TINY,
     LOG_RATIO_MAX,
+    POSITIVE_MIN,
     RATIO_MAX,
     SAPO_TAU_MAX,
     SAPO_TAU_MIN,
@@ -81,13 +81,13 @@ CISPO_WIDTH = TrustWidth("importance-weight bound")
 # The widths' limits (:mod:`entropace.algos.limits`): a log-ratio bound above 20 and a
 # total-variation threshold above 1 never bind; SAPO's temperatures keep ``tau (r - 1)`` and
 # ``4 / tau`` finite; a binary-KL threshold is any normal float32.
-GMPO_WIDTH = TrustWidth("log-ratio bound", limits=(F32_TINY, LOG_RATIO_MAX))
+GMPO_WIDTH = TrustWidth("log-ratio bound", limits=(POSITIVE_MIN, LOG_RATIO_MAX))
 SAPO_WIDTH = TrustWidth(
     "gate temperature", power=-1.0, options=("tau_neg", "tau_pos"),
     limits=(SAPO_TAU_MIN, SAPO_TAU_MAX),
 )  # fmt: skip
-DPPO_TV_WIDTH = TrustWidth("total-variation threshold", limits=(F32_TINY, 1.0))
-DPPO_KL_WIDTH = TrustWidth("binary-KL threshold", power=2.0, limits=(F32_TINY, F32_MAX))
+DPPO_TV_WIDTH = TrustWidth("total-variation threshold", limits=(POSITIVE_MIN, 1.0))
+DPPO_KL_WIDTH = TrustWidth("binary-KL threshold", power=2.0, limits=(POSITIVE_MIN, F32_MAX))
 
 
 def _ratio_bounds(inputs: LossInputs, ref: Tensor) -> tuple[Tensor, Tensor]:
@@ -248,7 +248,7 @@ class DPPOLossConfig:
     def __post_init__(self) -> None:
         if self.ratio_cap is not None:
             _check_range(
-                "ratio_cap", self.ratio_cap, F32_TINY, RATIO_MAX,
+                "ratio_cap", self.ratio_cap, POSITIVE_MIN, RATIO_MAX,
                 why="the ratio is at most e^20 (its log is clamped to 20); null for no cap",
             )  # fmt: skip
 

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from entropace.algos.limits import F32_TINY, RATIO_MAX
+from entropace.algos.limits import POSITIVE_MIN, RATIO_MAX
 
 __all__ = ["RATIO_WIDTH", "TrustWidth", "paced_widths"]
 
@@ -58,7 +58,7 @@ class TrustWidth:
         low_below_one: the low width is subtracted from a ratio of 1 (``1 - eps_low``), so it
             must be ``< 1``.
         limits: ``(lo, hi)``, the finite positive range of either width (inclusive; default
-            ``[F32_TINY, R]`` with ``R = e^20``, the largest ratio the losses see): a
+            ``[1.2e-38, R]`` with ``R = e^20``, the largest ratio the losses see): a
             configured width outside it is refused, a paced one clamped into it.
     """
 
@@ -67,7 +67,7 @@ class TrustWidth:
     native: bool = False
     options: tuple[str, str] | None = None
     low_below_one: bool = False
-    limits: tuple[float, float] = (F32_TINY, RATIO_MAX)
+    limits: tuple[float, float] = (POSITIVE_MIN, RATIO_MAX)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.power, int | float) and math.isfinite(self.power)):
