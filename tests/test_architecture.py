@@ -34,7 +34,7 @@ LAYERS: dict[str, set[str]] = {
         "train",
     },
 }  # fmt: skip
-SHARED = {"_lazy", "_cache", "_memory", "_files"}  # top-level helpers every package may use
+SHARED = {"_lazy", "_cache", "_memory", "_files", "_text"}  # top-level helpers every package may use
 
 
 def _modules() -> dict[str, Path]:

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from entropace.algos.advantages import (
     check_rewards,
+    check_std_eps,
     group_stats,
     out_dtype,
     register_advantage,
@@ -155,7 +156,8 @@ def opo_advantages(rewards: Tensor, group_ids: Tensor, *, mask: Tensor) -> Tenso
 @dataclass(frozen=True)
 class PassKAdvantageConfig:
     """``grpo_passk``: divide by the group's standard deviation (verl's
-    ``norm_adv_by_std_in_grpo``), and the ``eps`` added to it."""
+    ``norm_adv_by_std_in_grpo``), and the ``eps`` added to it, in ``(0, 1]``
+    (:data:`entropace.algos.advantages.STD_EPS_MAX`)."""
 
     norm_by_std: bool = True
     eps: float = 1e-6
@@ -163,8 +165,7 @@ class PassKAdvantageConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.norm_by_std, bool):
             raise ValueError(f"norm_by_std must be true or false; got {self.norm_by_std!r}")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not self.eps > 0:
-            raise ValueError(f"eps must be a number > 0; got {self.eps!r}")
+        check_std_eps(self.eps)
 
 
 @register_advantage("grpo_passk", config=PassKAdvantageConfig)

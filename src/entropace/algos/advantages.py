@@ -49,15 +49,32 @@ class NoOptions:
     """The config of an estimator without options."""
 
 
+#: The largest ``eps`` added to a group's reward standard deviation. ``eps`` is a floor for
+#: groups whose rewards barely differ: rewards in ``[0, 1]`` have a standard deviation of at
+#: most ``sqrt(G / (4 (G - 1))) <= 0.71``, so an ``eps`` above 1 outweighs every group's own
+#: spread and only shrinks the advantages ``z std / (std + eps)`` towards 0 (at ``eps =
+#: 1e300`` they round to exactly 0 in float32: nothing is trained).
+STD_EPS_MAX = 1.0
+
+
+def check_std_eps(eps: object) -> None:
+    """``ValueError`` unless ``eps`` is a number in ``(0, STD_EPS_MAX]``."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps <= STD_EPS_MAX:
+        raise ValueError(
+            f"eps must be a number in (0, {STD_EPS_MAX:g}]; got {eps!r} (a floor on the "
+            "group's reward standard deviation: a larger one only shrinks every advantage)"
+        )
+
+
 @dataclass(frozen=True)
 class GRPOAdvantageConfig:
-    """``grpo``: ``eps`` added to the group's standard deviation."""
+    """``grpo``: ``eps`` added to the group's standard deviation, in ``(0, 1]``
+    (:data:`STD_EPS_MAX`)."""
 
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not self.eps > 0:
-            raise ValueError(f"eps must be a number > 0; got {self.eps!r}")
+        check_std_eps(self.eps)
 
 
 @dataclass(frozen=True)
@@ -154,7 +171,9 @@ __all__ = [
     "AdvantageFn",
     "GRPOAdvantageConfig",
     "NoOptions",
+    "STD_EPS_MAX",
     "check_rewards",
+    "check_std_eps",
     "get_advantage",
     "register_advantage",
     "group_stats",

@@ -18,11 +18,11 @@ rollout-correction weights into every token's loss.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from entropace.algos.limits import DRO_BETA_MAX, POSITIVE_MIN
 from entropace.algos.policy_losses import (
     LossInputs,
     _check_range,
@@ -34,21 +34,24 @@ from entropace.algos.widths import TrustWidth
 
 __all__ = ["DRO_WIDTH", "DROLossConfig", "GPGLossConfig"]
 
-DRO_WIDTH = TrustWidth("log-ratio penalty", power=-1.0, options=("beta", "beta"))
+#: ``beta`` in ``[1.2e-38, 1.0e29]``: a normal float32, and ``(beta / 2) (log r)^2`` summed
+#: over 2**24 tokens finite (:mod:`entropace.algos.limits`).
+DRO_WIDTH = TrustWidth(
+    "log-ratio penalty", power=-1.0, options=("beta", "beta"),
+    limits=(POSITIVE_MIN, DRO_BETA_MAX),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DROLossConfig:
     """``dro``: ``beta``, the coefficient of the quadratic log-ratio penalty (> 0). verl 0.9.1
     has no default (``policy_loss.dro_beta`` must be set); 1.0 is Tinker's (its ``dro``
-    loss_fn_config default)."""
+    loss_fn_config default). Range ``[1.2e-38, 1.0e29]`` (:data:`DRO_WIDTH`'s limits)."""
 
     beta: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_range("beta", self.beta, 0.0, float("inf"), lo_open=True)
-        if not math.isfinite(self.beta):
-            raise ValueError(f"beta must be finite; got {self.beta}")
+        _check_range("beta", self.beta, *DRO_WIDTH.limits)
 
 
 @register_policy_loss(

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from entropace.algos.aggregation import Count, resolve_count
+from entropace.algos.limits import CE_GPPO_BETA_MAX, F32_MAX, KL_COEF_MAX, RATIO_MAX
 from entropace.algos.options import build_options
 from entropace.algos.surrogate import (
     LOG_RATIO_CLAMP,
@@ -262,18 +263,29 @@ def get_policy_loss(name: str) -> PolicyLoss:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
+def _check_range(
+    name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False, why: str = ""
+) -> None:
+    """``ValueError`` naming ``name`` and the range unless ``value`` is a number in it (the
+    ranges: :mod:`entropace.algos.limits`); ``why`` is appended."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     ok = ok and (lo < value if lo_open else lo <= value) and value <= hi
     if not ok:
         bracket = "(" if lo_open else "["
-        raise ValueError(f"{name} must be a number in {bracket}{lo}, {hi}]; got {value!r}")
+        note = f" ({why})" if why else ""
+        raise ValueError(
+            f"{name} must be a number in {bracket}{lo:.3g}, {hi:.3g}]; got {value!r}{note}"
+        )
+
+
+#: Why a ratio threshold stops at ``R = e^20``: no ratio is larger.
+_NO_RATIO_ABOVE = "the ratio is at most e^20 (its log is clamped to 20); null for none"
 
 
 def _check_dual(value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise ValueError(f"dual_clip must be a number > 1 or None; got {value!r}")
-    check_dual_clip(value)
+    """The dual-clip constant: null or in ``(1, e^20]`` (it binds where ``r > c``)."""
+    if value is not None:
+        _check_range("dual_clip", value, 1.0, RATIO_MAX, lo_open=True, why=_NO_RATIO_ABOVE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,7 +451,7 @@ class ClipCovLossConfig:
     def __post_init__(self) -> None:
         _check_range("clip_ratio", self.clip_ratio, 0.0, 1.0, lo_open=True)
         for name in ("cov_lower", "cov_upper"):
-            _check_range(name, getattr(self, name), -float("inf"), float("inf"))
+            _check_range(name, getattr(self, name), -F32_MAX, F32_MAX)
         if not self.cov_lower <= self.cov_upper:
             raise ValueError(
                 f"need cov_lower <= cov_upper; got {self.cov_lower} > {self.cov_upper}"
@@ -488,7 +500,7 @@ class KLCovLossConfig:
 
     def __post_init__(self) -> None:
         _check_range("kl_ratio", self.kl_ratio, 0.0, 1.0, lo_open=True)
-        _check_range("kl_coef", self.kl_coef, 0.0, float("inf"))
+        _check_range("kl_coef", self.kl_coef, 0.0, KL_COEF_MAX)
 
 
 @register_policy_loss(
@@ -537,7 +549,7 @@ class DCPOLossConfig:
     dual_clip: float | None = 3.0
 
     def __post_init__(self) -> None:
-        _check_range("r_max", self.r_max, 1.0, float("inf"), lo_open=True)
+        _check_range("r_max", self.r_max, 1.0, RATIO_MAX, lo_open=True, why=_NO_RATIO_ABOVE)
         _check_dual(self.dual_clip)
 
 
@@ -577,7 +589,7 @@ class CEGPPOLossConfig:
 
     def __post_init__(self) -> None:
         for name in ("beta1", "beta2"):
-            _check_range(name, getattr(self, name), 0.0, float("inf"))
+            _check_range(name, getattr(self, name), 0.0, CE_GPPO_BETA_MAX)
         _check_dual(self.dual_clip)
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from entropace.algos.aggregation import Count, aggregate_loss, resolve_count
+from entropace.algos.limits import LOG_RATIO_MAX
 
 __all__ = [
     "LOG_RATIO_CLAMP",
@@ -43,7 +44,7 @@ __all__ = [
     "token_metrics",
 ]
 
-LOG_RATIO_CLAMP = 20.0
+LOG_RATIO_CLAMP = LOG_RATIO_MAX
 
 Bound = float | Tensor
 

@@ -43,6 +43,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from entropace.algos.limits import (
+    F32_MAX,
+    LOG_RATIO_MAX,
+    POSITIVE_MIN,
+    RATIO_MAX,
+    SAPO_TAU_MAX,
+    SAPO_TAU_MIN,
+)
 from entropace.algos.policy_losses import (
     LossInputs,
     _check_range,
@@ -70,10 +78,16 @@ __all__ = [
 SAPO_HALF_WEIGHT = 2.0 * math.acosh(math.sqrt(2.0))
 
 CISPO_WIDTH = TrustWidth("importance-weight bound")
-GMPO_WIDTH = TrustWidth("log-ratio bound")
-SAPO_WIDTH = TrustWidth("gate temperature", power=-1.0, options=("tau_neg", "tau_pos"))
-DPPO_TV_WIDTH = TrustWidth("total-variation threshold")
-DPPO_KL_WIDTH = TrustWidth("binary-KL threshold", power=2.0)
+# The widths' limits (:mod:`entropace.algos.limits`): a log-ratio bound above 20 and a
+# total-variation threshold above 1 never bind; SAPO's temperatures keep ``tau (r - 1)`` and
+# ``4 / tau`` finite; a binary-KL threshold is any normal float32.
+GMPO_WIDTH = TrustWidth("log-ratio bound", limits=(POSITIVE_MIN, LOG_RATIO_MAX))
+SAPO_WIDTH = TrustWidth(
+    "gate temperature", power=-1.0, options=("tau_neg", "tau_pos"),
+    limits=(SAPO_TAU_MIN, SAPO_TAU_MAX),
+)  # fmt: skip
+DPPO_TV_WIDTH = TrustWidth("total-variation threshold", limits=(POSITIVE_MIN, 1.0))
+DPPO_KL_WIDTH = TrustWidth("binary-KL threshold", power=2.0, limits=(POSITIVE_MIN, F32_MAX))
 
 
 def _ratio_bounds(inputs: LossInputs, ref: Tensor) -> tuple[Tensor, Tensor]:
@@ -169,16 +183,16 @@ def gmpo_policy_loss(inputs: LossInputs, cfg: GMPOLossConfig) -> LossOutput:
 @dataclass(frozen=True)
 class SAPOLossConfig:
     """``sapo``: the gate temperatures of tokens with ``A > 0`` (``tau_pos``) and ``A <= 0``
-    (``tau_neg``); verl 0.9.1's and the paper's defaults."""
+    (``tau_neg``); verl 0.9.1's and the paper's defaults. Range ``[2.0e-31, 7.0e29]``
+    (:data:`SAPO_WIDTH`'s limits: ``tau (r - 1)`` and the gate's ``4 / tau`` finite in
+    float32)."""
 
     tau_pos: float = 1.0
     tau_neg: float = 1.05
 
     def __post_init__(self) -> None:
         for name in ("tau_pos", "tau_neg"):
-            _check_range(name, getattr(self, name), 0.0, float("inf"), lo_open=True)
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be finite; got {getattr(self, name)}")
+            _check_range(name, getattr(self, name), *SAPO_WIDTH.limits)
 
 
 @register_policy_loss(
@@ -226,13 +240,17 @@ def sapo_policy_loss(inputs: LossInputs, cfg: SAPOLossConfig) -> LossOutput:
 class DPPOLossConfig:
     """``dppo_tv`` / ``dppo_kl``: ``ratio_cap``, the truncation of the detached importance
     weight ``min(r, ratio_cap)`` (verl reads its ``clip_ratio_c``: 3.0 in verl 0.9.1's actor
-    config; None: no truncation)."""
+    config; None: no truncation). Range ``[1.2e-38, e^20]``: a normal float32, and no ratio
+    is above ``e^20`` (its log is clamped to 20)."""
 
     ratio_cap: float | None = 3.0
 
     def __post_init__(self) -> None:
         if self.ratio_cap is not None:
-            _check_range("ratio_cap", self.ratio_cap, 0.0, float("inf"), lo_open=True)
+            _check_range(
+                "ratio_cap", self.ratio_cap, POSITIVE_MIN, RATIO_MAX,
+                why="the ratio is at most e^20 (its log is clamped to 20); null for no cap",
+            )  # fmt: skip
 
 
 def binary_kl(old_logprobs: Tensor, logprobs: Tensor) -> Tensor:

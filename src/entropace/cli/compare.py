@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from entropace.report.grid import GridRun
 
+from entropace._text import printable
 from entropace.cli import shipped_presets
 
 EPILOG = """\
@@ -156,7 +157,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _error(text: str) -> int:
-    print(f"entropace compare: error: {text}", file=sys.stderr)
+    print(f"entropace compare: error: {printable(text)}", file=sys.stderr)
     return 2
 
 

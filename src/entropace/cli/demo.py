@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from entropace._text import printable
+
 if TYPE_CHECKING:  # torch is imported when the demo runs, not when the CLI builds its parser
     import torch
     from torch import Tensor
@@ -151,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         rows = polarity_check(vocab=args.vocab, eta=args.eta, seed=args.seed)
     except ValueError as err:
-        print(f"entropace demo: error: {err}", file=sys.stderr)
+        print(f"entropace demo: error: {printable(err)}", file=sys.stderr)
         return 2
     print(
         f"PAPO entropy polarity on tabular softmaxes (V={args.vocab}, eta={args.eta}, "

@@ -30,6 +30,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from entropace._text import printable
 from entropace.envs import DIFFICULTIES, SPLITS, make, seeds, spec, specs
 from entropace.envs.base import TurnLimit
 from entropace.envs.checks import run_episode
@@ -346,7 +347,7 @@ def _guarded(func: Command) -> Command:
             return func(args)
         except (KeyError, TypeError, ValueError, ImportError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            print(f"entropace envs: error: {msg}", file=sys.stderr)
+            print(f"entropace envs: error: {printable(msg)}", file=sys.stderr)
             return 2
 
     return run

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from entropace._text import printable
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointError, OSError, KeyError, ValueError) as err:
         # a damaged checkpoint file (named, with the reason), a run file that is a FIFO, a
         # device or a symbolic link (refused, never waited on), a missing checkpoint
-        print(f"entropace eval: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"entropace eval: error: {printable(str(err).splitlines()[0])}", file=sys.stderr)
         return 2
     mode = "sampled" if args.sample else "greedy"
     splits = ", ".join(result["splits"])

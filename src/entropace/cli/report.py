@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from entropace._text import printable
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, ImportError) as err:
         # a missing or malformed metrics.jsonl (file and line named), one that is not a
         # regular file (refused, never waited on)
-        print(f"entropace report: error: {err}", file=sys.stderr)
+        print(f"entropace report: error: {printable(err)}", file=sys.stderr)
         return 2
     print(f"report written to {summary.parent} ({summary.name}, summary.html, figures)")
     return 0

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from entropace._text import printable
 from entropace.cli import shipped_presets
 
 EPILOG = """\
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from entropace.train.checkpoint import CheckpointError, latest_checkpoint
     from entropace.train.config import ConfigError, load_config, load_config_file
     from entropace.train.demos import DemoError
+    from entropace.train.learner import NonFiniteTrainingError
     from entropace.train.sft import SFTError
     from entropace.train.trackers import TrackerError, require_trackers
     from entropace.train.trainer import check_run_dir, train
@@ -79,14 +81,14 @@ def run(args: argparse.Namespace) -> int:
         check_run_dir(run_dir, resume=args.resume is not None, overwrite=args.overwrite)
         require_trackers(cfg.log.trackers, cfg.log.tracker_options)
     except (ConfigError, FileNotFoundError, FileExistsError) as err:
-        print(f"entropace train: error: {err}", file=sys.stderr)
+        print(f"entropace train: error: {printable(err)}", file=sys.stderr)
         return 2
 
-    print(
+    announce = (  # config.yaml of a received run directory: its strings escaped
         f"run {run_dir}: {cfg.algorithm.name} on {','.join(cfg.tasks.names)} with "
-        f"{cfg.model.name}, {cfg.steps} steps" + (" (resuming)" if args.resume is not None else ""),
-        file=sys.stderr,
+        f"{cfg.model.name}, {cfg.steps} steps" + (" (resuming)" if args.resume is not None else "")
     )
+    print(printable(announce), file=sys.stderr)
     try:
         result = train(cfg, run_dir, resume=args.resume is not None, overwrite=args.overwrite)
     except RolloutWorkerError as err:  # the async worker died or failed, or no /dev/shm room
@@ -95,7 +97,14 @@ def run(args: argparse.Namespace) -> int:
         line = str(err).splitlines()[0]
         if latest_checkpoint(run_dir / "checkpoints") is not None:
             line += f"; the checkpoints are kept: continue with entropace train --resume {run_dir}"
-        print(f"entropace train: error: {line}", file=sys.stderr)
+        print(f"entropace train: error: {printable(line)}", file=sys.stderr)
+        return 2
+    except NonFiniteTrainingError as err:  # its checkpoint is written: say how to go on
+        print(
+            f"entropace train: error: {printable(err)}; continue (after changing them) with "
+            f"entropace train --resume {printable(run_dir)} KEY=VALUE ...",
+            file=sys.stderr,
+        )
         return 2
     except (
         OSError, ImportError, CheckpointError, ConfigError, TrackerError, WarmStartError,
@@ -106,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         # machine lacks; TrackerError: a tracker of log.trackers that did not start (before
         # the first rollout); WarmStartError / DemoError / SFTError: the warm start could not
         # be built (before the first rollout)
-        print(f"entropace train: error: {err}", file=sys.stderr)
+        print(f"entropace train: error: {printable(err)}", file=sys.stderr)
         return 2
     if result.stopped_by:
         print(
@@ -128,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as err:  # training is done and saved; say what failed
         print(f"entropace train: the end-of-run summary failed: {err!r}", file=sys.stderr)
         return 1
-    print("\n" + screen)
+    print("\n" + printable(screen, keep="\n"))
     return 0
 
 

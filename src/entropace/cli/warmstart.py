@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from entropace._text import printable
 from entropace.cli import shipped_presets
 
 EPILOG = """\
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out is not None:
             shutil.copytree(warm.path, args.out)
     except (ConfigError, DemoError, WarmStartError, SFTError, OSError, ImportError) as err:
-        print(f"entropace warmstart: error: {err}", file=sys.stderr)
+        print(f"entropace warmstart: error: {printable(err)}", file=sys.stderr)
         return 2
     record = warm.record
     print(f"warm start {warm.key}: {warm.path}")

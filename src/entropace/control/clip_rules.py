@@ -177,7 +177,8 @@ class PacerClip:
     The pacer sees ``h_k`` (or, for the ablations, the success rate / reward variance) of the
     tasks present; absent tasks keep their state and last eps. A task present without any
     policy token (no entropy) gets the bounds it last had, ``eps0`` if it never had any.
-    The pacer's bounds become the loss's widths by :func:`entropace.algos.paced_widths`
+    The pacer's bounds become the loss's widths by :func:`entropace.algos.paced_widths`,
+    clamped at every step into the width's finite, positive limits
     (``settings.width``; ``settings.eps_low`` / ``eps_high`` are the widths at pace 1 of a
     width not native to the pacer).
     """

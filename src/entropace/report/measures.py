@@ -197,6 +197,12 @@ def measure_run(
         mean = window_mean(c.values, c.steps, first=entropy_from, last=entropy_to)
         if math.isfinite(mean):
             out.entropy_mean[task] = mean
+        else:  # a window outside the run: said, not dropped silently
+            window = _window_text({"entropy_from": entropy_from, "entropy_to": entropy_to})
+            out.notes.append(
+                f"task {task}: no entropy_mean: no entropy logged in {window} (its entropy is "
+                f"logged at steps {int(c.steps[0])}-{int(c.steps[-1])})"
+            )
     steps = run.steps
     last = float(steps[-1]) if steps.size else 0.0
     for task in run.tasks:

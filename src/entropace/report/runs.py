@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from entropace._files import read_text
+from entropace._text import printable
 
 __all__ = ["METRICS_FILE", "RunData", "Series", "load_run"]
 
@@ -96,7 +97,9 @@ def load_run(run_dir: str | Path) -> RunData:
     step logged twice (a resumed run) keeps its last record; non-numeric values are skipped and
     listed in ``notes``; a number outside float64 or non-finite is read as NaN and listed in
     ``notes``; an undecodable *last* line (a run killed mid-write) is skipped with a note, an
-    undecodable earlier line is an error.
+    undecodable earlier line is an error. Metric keys and the run's name (its directory's) are
+    escaped (:func:`entropace._text.printable`: a received run's control characters never
+    reach a plot, a report or the terminal); escaped keys are listed in ``notes``.
 
     Raises:
         FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
@@ -116,6 +119,7 @@ def load_run(run_dir: str | Path) -> RunData:
     by_step: dict[int, dict[str, float]] = {}
     skipped: set[str] = set()
     nan_read: set[str] = set()
+    escaped: set[str] = set()
     for order, (lineno, line) in enumerate(numbered, start=1):
         try:
             record = json.loads(line)
@@ -138,9 +142,12 @@ def load_run(run_dir: str | Path) -> RunData:
         if step in by_step:
             notes.append(f"step {step} is logged more than once; the last record is used")
         values: dict[str, float] = {}
-        for key, v in record.items():
-            if key == "step":
+        for raw, v in record.items():
+            if raw == "step":
                 continue
+            key = printable(raw)
+            if key != raw:
+                escaped.add(key)
             if not _is_number(v):
                 skipped.add(key)
                 continue
@@ -150,6 +157,10 @@ def load_run(run_dir: str | Path) -> RunData:
         by_step[step] = values
     if skipped:
         notes.append("non-numeric keys skipped: " + ", ".join(sorted(skipped)))
+    if escaped:
+        notes.append(
+            "control characters in metric keys, shown escaped: " + ", ".join(sorted(escaped))
+        )
     if nan_read:
         notes.append(
             "values outside float64 or not finite, read as NaN: " + ", ".join(sorted(nan_read))
@@ -167,7 +178,7 @@ def load_run(run_dir: str | Path) -> RunData:
     }
     return RunData(
         path=run_dir,
-        name=run_dir.resolve().name,
+        name=printable(run_dir.resolve().name),
         series=series,
         num_records=len(by_step),
         notes=notes,

@@ -40,6 +40,7 @@ from entropace.algos import (
     get_advantage,
     get_policy_loss,
 )
+from entropace.algos.limits import ENTROPY_COEF_MAX, KL_BETA_MAX, RATIO_MAX
 from entropace.algos.widths import RATIO_WIDTH
 from entropace.control import (
     CLIP_RULES,
@@ -167,17 +168,22 @@ MAX_WARMUP = 1_000_000
 # :func:`validate_algorithm`; any other number is finite (floats) or in [0, 2**31 - 1] (ints).
 # The controllers' and the losses' configs check their own relations on construction.
 register_ranges(AlgorithmConfig, {
-    "seq_norm": Range(0, lo_open=True),
-    "eps_low": Range(0, lo_open=True),  # < 1 for a ratio bound: validate_algorithm
+    "seq_norm": Range(1, note="a number of tokens, the divisor of the per-sequence sums"),
+    # the loss's own range (its width's limits) and < 1 for a ratio bound: validate_algorithm
+    "eps_low": Range(0, lo_open=True),
     "eps_high": Range(0, lo_open=True),
-    "kl_beta": Range(0),
-    "entropy_coef": Range(0),
+    # finite in float32 over 2**24 tokens (entropace.algos.limits)
+    "kl_beta": Range(0, KL_BETA_MAX, note="the float32 loss stays finite"),
+    "entropy_coef": Range(0, ENTROPY_COEF_MAX, note="the float32 loss stays finite"),
 })  # fmt: skip
 register_ranges(OverlongConfig, {
     "max_len": Range(1, MAX_OVERLONG_TOKENS),
     "cache_len": Range(1, MAX_OVERLONG_TOKENS),
 })  # fmt: skip
-register_ranges(PacerConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
+register_ranges(PacerConfig, {
+    "warmup_steps": Range(1, MAX_WARMUP),
+    "eps_high0": Range(0, RATIO_MAX, lo_open=True, note="a ratio half-width; no ratio is above e^20"),
+})  # fmt: skip
 register_ranges(PolarityConfig, {"warmup_steps": Range(1, MAX_WARMUP)})
 
 

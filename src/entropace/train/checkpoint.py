@@ -34,6 +34,7 @@ never written (:class:`NonFiniteCheckpointError`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -71,6 +72,60 @@ class NonFiniteCheckpointError(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that does not load: the message names the file and why."""
+
+
+class CheckpointDiskFullError(CheckpointError):
+    """A checkpoint not written for want of disk space (the earlier ones are kept)."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _disk_full(exc: BaseException, free: int, needed: int) -> bool:
+    """Whether a failed write ran out of space: an ``ENOSPC`` / ``EDQUOT`` error anywhere in
+    its chain (safetensors words it "No space left on device (os error 28)"), or less room
+    left on the device than the checkpoint needs (torch's writer says only "unexpected pos")."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(seen) or "os error 28" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return free < needed
+
+
+def _disk_full_message(root: Path, step: int, free: int, needed: int) -> str:
+    kept = list_checkpoints(root)
+    return (
+        f"not checkpointing step {step}: no space left on the device of {root} "
+        f"({_mib(max(free, 0))} free when the write failed; this checkpoint needs about "
+        f"{_mib(needed)}); "
+        + (
+            f"the earlier checkpoint {kept[-1].name} is kept. Free some space, then continue "
+            f"with: entropace train --resume {root.parent}"
+            if kept else "no earlier checkpoint. Free some space and start the run again"
+        )
+    )  # fmt: skip
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1
+    return st.f_bavail * st.f_frsize
+
+
+def _state_bytes(weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the tensors a checkpoint holds (weights and the optimiser's state)."""
+    total = sum(v.nelement() * v.element_size() for v in weights.values())
+    for state in optimizer.state.values():
+        total += sum(
+            v.nelement() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor)
+        )
+    return total
 
 
 def clean_stale_temporaries(root: Path) -> list[Path]:
@@ -189,6 +244,8 @@ def save_checkpoint(
 
     Raises:
         NonFiniteCheckpointError: a weight is NaN/inf (nothing is written).
+        CheckpointDiskFullError: the device ran out of space while writing (the partial
+            checkpoint is removed, the earlier ones are kept).
     """
     st = _safetensors()
     weights = model_state(model)
@@ -204,20 +261,33 @@ def save_checkpoint(
         tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    if _is_peft(model):
-        st.save_file(
-            {k: v.detach().contiguous() for k, v in weights.items()}, tmp / "model.safetensors"
-        )
+    try:
+        if _is_peft(model):
+            st.save_file(
+                {k: v.detach().contiguous() for k, v in weights.items()},
+                tmp / "model.safetensors",
+            )
+        else:
+            st.save_model(model, str(tmp / "model.safetensors"))
+        torch.save({"optimizer": optimizer.state_dict()}, tmp / OPTIM_FILE)
+        torch.save(rng_state(), tmp / "rng.pt")
+        for name, obj in (extra or {}).items():
+            torch.save(obj, tmp / name)
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+    except Exception as exc:  # OSError, torch's RuntimeError, SafetensorError
+        free, needed = _free_bytes(root), _state_bytes(weights, optimizer)
+        if not _disk_full(exc, free, needed):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        full = (free, needed)
     else:
-        st.save_model(model, str(tmp / "model.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict()}, tmp / OPTIM_FILE)
-    torch.save(rng_state(), tmp / "rng.pt")
-    for name, obj in (extra or {}).items():
-        torch.save(obj, tmp / name)
-    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
-    for f in tmp.iterdir():
-        _fsync(f)
-    _fsync(tmp)
+        full = None
+    if full is not None:  # raised out here: the failed writer (its open file) is released
+        shutil.rmtree(tmp, ignore_errors=True)  # first, so that its space is freed
+        raise CheckpointDiskFullError(_disk_full_message(root, step, *full))
     if final.exists():  # re-saving the same step (e.g. stop right after a periodic save)
         shutil.rmtree(final)
     os.replace(tmp, final)

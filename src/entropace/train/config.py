@@ -147,7 +147,13 @@ class TasksConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warmup (counted in optimiser steps), then ``schedule``."""
+    """AdamW with linear warmup (counted in optimiser steps), then ``schedule``.
+
+    ``nonfinite_patience``: an optimiser step whose loss or gradient is non-finite is skipped
+    (``skipped_steps``); after this many training steps in a row whose every optimiser step
+    was skipped, the run saves a checkpoint and stops with an error (the loss options or the
+    learning rate train nothing; docs/training.md). 0: never stop.
+    """
 
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -156,6 +162,7 @@ class OptimConfig:
     max_grad_norm: float = 1.0
     warmup_steps: int = 0
     schedule: Literal["constant", "linear", "cosine"] = "constant"
+    nonfinite_patience: int = 3
 
 
 @dataclass
@@ -460,6 +467,7 @@ register_ranges(OptimConfig, {
     "eps": _POSITIVE,
     "max_grad_norm": _POSITIVE,
     "warmup_steps": Range(0, 2**31 - 1),
+    "nonfinite_patience": Range(0, MAX_STEPS),
 })  # fmt: skip
 register_ranges(PPOConfig, {
     "epochs": Range(1, 1000),

@@ -39,6 +39,11 @@ ReferenceFn = Callable[[Tensor, Tensor], Tensor]
 logger = logging.getLogger(__name__)
 
 
+class NonFiniteTrainingError(RuntimeError):
+    """``optim.nonfinite_patience`` training steps in a row took no optimiser step: every
+    loss or gradient was non-finite (the run's state is saved before it is raised)."""
+
+
 @dataclass
 class Learner:
     """Everything the update mutates or reads besides the batch.
@@ -53,6 +58,8 @@ class Learner:
         loss: the registered policy loss ``algorithm.policy_loss``.
         loss_config: its validated config (from ``algorithm.loss_options``).
         skipped_steps: cumulative optimiser steps skipped for non-finite loss/gradients.
+        lost_steps: training steps in a row (the latest ones) whose every optimiser step was
+            skipped; 0 after a step that took one (not saved: a resumed run counts anew).
     """
 
     model: torch.nn.Module
@@ -65,6 +72,7 @@ class Learner:
     loss: algos.PolicyLoss
     loss_config: Any
     skipped_steps: int = 0
+    lost_steps: int = 0
     params: list[torch.nn.Parameter] = field(default_factory=list)
 
     def __post_init__(self) -> None:

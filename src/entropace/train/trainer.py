@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from entropace._text import printable
 from entropace.algos import get_policy_loss
 from entropace.control import StateError, build_clip_rule
 from entropace.diagnostics.training_audit import TrainingAudit
@@ -64,7 +65,7 @@ from entropace.train.config import (
 )
 from entropace.train.data import Prompt, TaskSampler
 from entropace.train.held_out import held_out_metrics
-from entropace.train.learner import Learner, ReferenceFn
+from entropace.train.learner import Learner, NonFiniteTrainingError, ReferenceFn
 from entropace.train.memory import memory_metrics, release_memory, tune_allocator
 from entropace.train.metrics_log import MetricsWriter
 from entropace.train.pipeline import ROLLOUTS_FILE, open_pipeline, restored_outputs
@@ -289,10 +290,10 @@ def _warn_changes(saved: dict[str, Any] | None, cfg: TrainConfig, path: Path) ->
     if saved is None:
         return
     changes = config_changes(saved, to_dict(cfg))
-    if changes:
+    if changes:  # the saved config's values may hold anything: escaped
         logger.warning(
             "resuming %s with a changed config (the run continues under the new values): %s",
-            path, "; ".join(changes),
+            printable(path), printable("; ".join(changes)),
         )  # fmt: skip
 
 
@@ -311,6 +312,18 @@ def train(
     require_trackers(cfg.log.trackers, cfg.log.tracker_options)  # packages: before the model
     with prepare_run_dir(run_dir, resume=resume, overwrite=overwrite):
         return _train(cfg, run_dir, resume=resume)
+
+
+def nonfinite_message(learner: Learner, step: int, cfg: TrainConfig) -> str:
+    """The error line of a run stopped by ``optim.nonfinite_patience``."""
+    first = step - learner.lost_steps + 1
+    return (
+        f"steps {first}-{step}: every optimiser step had a non-finite loss or gradient and was "
+        f"skipped ({learner.lost_steps} steps in a row, optim.nonfinite_patience="
+        f"{cfg.optim.nonfinite_patience}); nothing was trained in them. The run stopped with "
+        f"its state saved at step {step}. Check the algorithm's options "
+        f"(algorithm.loss_options, the widths) and optim.lr"
+    )
 
 
 def _log_info(message: str) -> None:
@@ -476,9 +489,14 @@ def _train(cfg: TrainConfig, run_dir: Path, *, resume: bool) -> TrainResult:
                     row = writer.write(step, metrics)
                     progress.step_done(row)
                     every = cfg.log.checkpoint_every
-                    if (every and step % every == 0) or step == cfg.steps or stop.signal:
+                    patience = cfg.optim.nonfinite_patience
+                    lost = bool(patience) and learner.lost_steps >= patience
+                    periodic = every and step % every == 0
+                    if periodic or step == cfg.steps or stop.signal or lost:
                         progress.phase("checkpoint", step)
                         checkpoint(step)
+                    if lost:
+                        raise NonFiniteTrainingError(nonfinite_message(learner, step, cfg))
                     if stop.signal:
                         break
     finally:

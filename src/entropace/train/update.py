@@ -254,6 +254,10 @@ def update_step(
                     if name != "loss":
                         _combine_into(sums, name, value)
 
+    if grad_norms:  # training steps in a row that took no optimiser step (all non-finite)
+        took_one = any(math.isfinite(g) for g in grad_norms)
+        learner.lost_steps = 0 if took_one else learner.lost_steps + 1
+
     # (f) metrics of the update and of the controllers
     metrics["update/trained_rows_frac"] = rows_run / rows_total if rows_total else 0.0
     metrics.update(update_metrics(learner, names, losses, grad_norms, sums, measured))
