@@ -15,6 +15,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+import entropace.rollout.decode as decode_mod  # noqa: E402
 from entropace.envs.base import TurnLimit  # noqa: E402
 from entropace.rollout import (  # noqa: E402
     RolloutConfig,
@@ -110,19 +111,29 @@ def requests(n: int, env: Any = CounterEnv, task: str = "counter") -> list[Rollo
     return [RolloutRequest(task, env, seed, seed // 2) for seed in range(n)]
 
 
+@pytest.fixture(autouse=True)
+def _restore_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spies below replace the decoding loop; put it back after each test."""
+    monkeypatch.setattr(decode_mod, "decode", decode_mod.decode)
+
+
 class GenerateSpy:
-    """Wraps ``model.generate`` and records every call's input and output ids."""
+    """Wraps the rollout's decoding loop (``entropace.rollout.decode.decode``, one call per
+    ``generate_turn``) for ``model`` and records every call's input ids, mask and output ids
+    (the input followed by the generated tokens, as ``generate`` returns them)."""
 
     def __init__(self, model: Any) -> None:
         self.calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        self.original = model.generate
+        self.original = original = decode_mod.decode
 
-        def generate(*args: Any, **kwargs: Any) -> Any:
-            out = self.original(*args, **kwargs)
-            self.calls.append((kwargs["input_ids"], kwargs["attention_mask"], out))
-            return out
+        def decode(m: Any, input_ids: Any, attention_mask: Any, *args: Any, **kwargs: Any) -> Any:
+            new = original(m, input_ids, attention_mask, *args, **kwargs)
+            if m is model:
+                out = torch.cat([input_ids.cpu(), new], dim=1)
+                self.calls.append((input_ids, attention_mask, out))
+            return new
 
-        model.generate = generate
+        decode_mod.decode = decode
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -539,14 +550,14 @@ def test_out_of_memory_names_the_knobs(
     def oom(*_args: Any, **_kwargs: Any) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(model, "generate", oom)
+    monkeypatch.setattr(model, "forward", oom)
     with pytest.raises(RuntimeError, match=r"rollout\.max_new_tokens_per_turn.*group size"):
         collect_rollouts(model, tok, requests(2), CFG)
 
     def oom_runtime(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("[enforce fail] DefaultCPUAllocator: out of memory")
 
-    monkeypatch.setattr(model, "generate", oom_runtime)
+    monkeypatch.setattr(model, "forward", oom_runtime)
     with pytest.raises(RuntimeError, match=r"rollout\.micro_batch_size"):
         collect_rollouts(model, tok, requests(2), CFG)
 

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 
 from tests.test_rollout import IM_END, CounterEnv, add_eot_bias  # noqa: E402
 
+import entropace.rollout.decode as decode_mod  # noqa: E402
 from entropace.rollout import RolloutConfig, RolloutRequest, collect_rollouts  # noqa: E402
 from entropace.rollout.kvcache import (  # noqa: E402
     PrefixKV,
@@ -44,43 +45,44 @@ def grouped_requests(seeds: list[int], group_size: int, env: Any = CounterEnv) -
 
 
 class CallSpy:
-    """Wraps ``model.generate``: records each call's ids, mask, the cache handed in (its
-    batch size and length before the call) and the output."""
+    """Wraps the decoding loop (``entropace.rollout.decode.decode``): records each call's ids,
+    mask, the cache handed in (its batch size and length before the call; ``None`` when it is
+    empty) and the output (the ids followed by the generated tokens). ``remove`` restores it."""
 
     def __init__(self, model: Any) -> None:
         self.calls: list[dict[str, Any]] = []
-        original = model.generate
+        self.original = original = decode_mod.decode
 
-        def generate(*args: Any, **kwargs: Any) -> Any:
-            cache = kwargs.get("cache")
+        def decode(m: Any, input_ids: Any, attention_mask: Any, cache: Any, **kwargs: Any) -> Any:
+            length = cache.get_seq_length()
             record = {
-                "input_ids": kwargs["input_ids"].clone(),
-                "attention_mask": kwargs["attention_mask"].clone(),
-                "cache_len": None if cache is None else cache.get_seq_length(),
-                "cache_rows": (
-                    None
-                    if cache is None or not cache.get_seq_length()
-                    else int(cache.layers[0].keys.shape[0])
-                ),  # fmt: skip
+                "input_ids": input_ids.clone(),
+                "attention_mask": attention_mask.clone(),
+                "cache_len": length or None,
+                "cache_rows": int(cache.layers[0].keys.shape[0]) if length else None,
             }
-            out = original(*args, **kwargs)
-            record["output"] = out
+            new = original(m, input_ids, attention_mask, cache, **kwargs)
+            record["output"] = torch.cat([input_ids.cpu(), new], dim=1)
             self.calls.append(record)
-            return out
+            return new
 
-        model.generate = generate
+        decode_mod.decode = decode
+
+    def remove(self) -> None:
+        decode_mod.decode = self.original
 
 
 def rollout_all_paths(
     model: Any, tok: Any, reqs: list[Any], cfg: RolloutConfig, seed: int | None
 ) -> dict[str, tuple[Any, CallSpy]]:
     out = {}
-    original = model.generate
     for name, switches in PATHS.items():
         spy = CallSpy(model)
-        out[name] = (collect_rollouts(model, tok, reqs, dataclasses.replace(cfg, **switches),
-                                      seed=seed), spy)  # fmt: skip
-        model.generate = original
+        try:
+            out[name] = (collect_rollouts(model, tok, reqs, dataclasses.replace(cfg, **switches),
+                                          seed=seed), spy)  # fmt: skip
+        finally:
+            spy.remove()
     return out
 
 

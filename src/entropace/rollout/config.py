@@ -67,6 +67,8 @@ class CrossPolicyConfig:
 #: ``rollout.mode`` values: generation in the learner's process between updates, or a rollout
 #: worker process that generates ahead while the learner updates (:mod:`entropace.train.pipeline`).
 MODES: tuple[str, ...] = ("sync", "async")
+#: ``rollout.cache`` values (:mod:`entropace.rollout.decode`).
+CACHES: tuple[str, ...] = ("dynamic", "static")
 
 
 @dataclass
@@ -124,6 +126,14 @@ class RolloutConfig:
             stays the reference.
         cross_policy: AgentRL's cross-policy sampling (:class:`CrossPolicyConfig`); off by
             default.
+        cache: the key/value cache of a ``generate`` call: ``dynamic`` (the default; each
+            decoding step attends to the columns written so far) or ``static`` (fixed-shape
+            buffers of the whole call, written at a device-side cursor, with a 4D mask: every
+            step has the same shapes, as CUDA graphs need; :mod:`entropace.rollout.decode`).
+            Same sampled tokens and statistics on the CPU in float32.
+        cuda_graph: with ``cache=static`` on CUDA, each call's decoding step is captured once
+            as a CUDA graph and replayed (one launch per step instead of hundreds); ignored on
+            other devices. Requires ``cache=static``.
         autocast: ``bf16`` generates and computes the sampling statistics under
             ``torch.autocast(bfloat16)`` (weights unchanged); ``none`` (the default): the
             model's dtype. The recorded behaviour log-probs are then the bf16 ones.
@@ -157,6 +167,8 @@ class RolloutConfig:
     stats_from_generation: bool = False
     cross_policy: CrossPolicyConfig = field(default_factory=CrossPolicyConfig)
     autocast: Literal["none", "bf16"] = "none"
+    cache: Literal["dynamic", "static"] = "dynamic"
+    cuda_graph: bool = False
     mode: Literal["sync", "async"] = "sync"
     max_staleness: int = 1
     worker_imports: list[str] = field(default_factory=list)
@@ -177,13 +189,19 @@ class RolloutConfig:
                 span = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
                 raise ValueError(f"rollout.{name} must be {what} in {span}, got {value!r}")
         for name in ("do_sample", "end_on_parse_error", "share_prefix", "reuse_kv", "fused_head",
-                     "stats_from_generation"):  # fmt: skip
+                     "stats_from_generation", "cuda_graph"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"rollout.{name} must be true or false, got {getattr(self, name)!r}"
                 )
         if self.autocast not in ("none", "bf16"):
             raise ValueError(f"rollout.autocast must be none or bf16, got {self.autocast!r}")
+        if self.cache not in CACHES:
+            raise ValueError(f"rollout.cache must be one of {list(CACHES)}, got {self.cache!r}")
+        if self.cuda_graph and self.cache != "static":
+            raise ValueError(
+                "rollout.cuda_graph=true needs rollout.cache=static (a graph replays fixed shapes)"
+            )
         if self.mode not in MODES:
             raise ValueError(f"rollout.mode must be one of {list(MODES)}, got {self.mode!r}")
         if not (

@@ -279,11 +279,16 @@ class _Engine:
         use_cache = self.reuse_kv or any(c > 0 for c in cached)
         budgets = [self.budget(ep) for ep in chunk]
         cache = None
+        static = self.cfg.cache == "static"
+        device = next(model.parameters()).device
+        cursor = torch.zeros(1, dtype=torch.long, device=device) if static else None
         if use_cache:
             uncached, keep = batch_layout(lengths, cached)
             reserve = uncached + max(budgets)  # what generate appends, at most
             try:
-                cache = batch_cache([ep.kv for ep in chunk], keep, width - uncached, reserve)
+                cache = batch_cache(
+                    [ep.kv for ep in chunk], keep, width - uncached, reserve, cursor
+                )
             except Exception as exc:
                 if is_oom(exc):
                     what = f"building the key/value cache of {len(chunk)} episodes"
@@ -309,6 +314,9 @@ class _Engine:
             pad_id=self.pad_id,
             cache=cache,
             recorder=recorder,
+            cursor=cursor,
+            static=static,
+            cuda_graph=self.cfg.cuda_graph,
         )
         if recorder is not None:
             for ep, stats in zip(chunk, recorder.rows(new), strict=True):

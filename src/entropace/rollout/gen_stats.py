@@ -5,10 +5,11 @@ distribution the token was sampled from. :class:`GenerationRecorder` (a ``transf
 processor; with the neutral processors of :func:`entropace.rollout.generate.generation_config`
 it sees the model's raw logits, before the temperature / top-p warpers) turns them into the
 statistics the update needs once the sampled token is known (the next call, or the returned
-sequences for the last step): ``logprob``, ``entropy``, ``t1``, ``t2`` of
+sequences for the last step; :func:`entropace.rollout.decode.decode` calls :meth:`record` with
+both at once): ``logprob``, ``entropy``, ``t1``, ``t2`` of
 ``softmax(logits / T)`` (ALGORITHMS.md §4, :func:`entropace.algos.token_stats`), so the
 rollout needs no second forward pass over the trajectories. One ``[B, V]`` copy is pending at
-a time.
+a time; the ``[B, 5]`` columns stay on the device until :meth:`GenerationRecorder.rows`.
 
 The numbers are the generation forward's: a KV-cached, left-padded, batched computation. In
 fp32 they equal the statistics pass's to float round-off (``tests/test_gen_stats.py``: 1e-5);
@@ -44,11 +45,22 @@ class GenerationRecorder(LogitsProcessor):
 
     def _close(self, tokens: Tensor) -> None:
         assert self._pending is not None
-        st = token_stats(self._pending[:, None, :], tokens[:, None].long(),
-                         temperature=self.temperature)  # fmt: skip
-        fields = (tokens.to(st.logprob.dtype), st.logprob, st.entropy, st.t1, st.t2)
-        self._columns.append(torch.stack([f.reshape(-1) for f in fields], dim=1).cpu())
+        self.record(self._pending, tokens)
         self._pending = None
+
+    def record(self, scores: Tensor, tokens: Tensor) -> None:
+        """Statistics of one decoding step: ``scores`` ``[B, V]`` (the raw logits) and the
+        sampled ``tokens`` ``[B]``. Kept on the scores' device (no host synchronisation per
+        step); :meth:`rows` copies them to the CPU once."""
+        with torch.no_grad():
+            st = token_stats(scores.float()[:, None, :], tokens[:, None].long(),
+                             temperature=self.temperature)  # fmt: skip
+            fields = (tokens.to(st.logprob.dtype), st.logprob, st.entropy, st.t1, st.t2)
+            self._columns.append(torch.stack([f.reshape(-1) for f in fields], dim=1))
+
+    def truncate(self, steps: int) -> None:
+        """Forget the steps after the first ``steps`` (a decoding loop that ran past its end)."""
+        del self._columns[steps:]
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         with torch.no_grad():
@@ -71,7 +83,7 @@ class GenerationRecorder(LogitsProcessor):
             RuntimeError: the recorded tokens are not the returned ones (a processor order
                 or a ``generate`` behaviour this recorder does not understand).
         """
-        table = torch.stack(self._columns, dim=1) if self._columns else torch.zeros(0, 0, 5)
+        table = torch.stack(self._columns, dim=1).cpu() if self._columns else torch.zeros(0, 0, 5)
         out = []
         for i, row in enumerate(generated):
             n = len(row)

@@ -93,65 +93,64 @@ def generate_turn(
     pad_id: int,
     cache: Any = None,
     recorder: Any = None,
+    cursor: Tensor | None = None,
+    static: bool = False,
+    cuda_graph: bool = False,
 ) -> list[list[int]]:
-    """Sample one continuation per prompt, in one batched ``model.generate`` call.
+    """Sample one continuation per prompt, in one batched decoding loop
+    (:func:`entropace.rollout.decode.decode`: ``model.generate``'s sampling without a host
+    synchronisation per step).
 
     Args:
         prompts: token ids of every live episode (lengths differ; left-padded here).
         max_new_tokens: budget of this call (the largest budget among the episodes; callers
             cut each continuation to its own budget).
         stop_ids: end-of-turn token ids; a row stops after generating one of them.
-        cache: optional ``DynamicCache`` whose ``C`` columns hold the keys/values of the first
-            ``C`` columns of the left-padded prompts (:func:`entropace.rollout.kvcache.batch_cache`);
-            ``generate`` then prefills only the remaining columns and grows the cache in place
-            (afterwards it holds every column but the last generated one).
-        recorder: optional :class:`entropace.rollout.gen_stats.GenerationRecorder`, run as
-            ``generate``'s logits processor (and closed with the returned sequences).
+        cache: optional cache whose ``C`` columns hold the keys/values of the first ``C``
+            columns of the left-padded prompts (:func:`entropace.rollout.kvcache.batch_cache`,
+            built with ``cursor`` for the static path); only the remaining columns are
+            prefilled and the cache grows in place (afterwards it holds every column but the
+            last generated one). ``None``: an empty one is made here.
+        recorder: optional :class:`entropace.rollout.gen_stats.GenerationRecorder` (every
+            step's logits and tokens).
+        cursor: the device cursor ``cache`` was built with (the static path).
+        static: without ``cache``: decode on a fixed-shape cache (``rollout.cache=static``).
+        cuda_graph: replay each decoding step as a CUDA graph (static path, CUDA only).
 
     Returns:
         The generated ids of each prompt, cut after the first stop token (inclusive) and
         without padding.
     """
+    from entropace.rollout.decode import decode
+    from entropace.rollout.kvcache import batch_cache
+
     if not prompts:
         return []
     device = next(model.parameters()).device
     input_ids, attention_mask = left_pad(prompts, pad_id, device)
-    config = generation_config(
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        do_sample=do_sample,
-        stop_ids=stop_ids,
-        pad_id=pad_id,
-        user_cache=cache is not None,
-    )
-    extra: dict[str, Any] = {"cache": cache} if cache is not None else {}
-    if recorder is not None:
-        from transformers import LogitsProcessorList
-
-        extra["logits_processor"] = LogitsProcessorList([recorder])
+    if cache is None:
+        if static:
+            cursor = torch.zeros(1, dtype=torch.long, device=device)
+        width = input_ids.shape[1] + max_new_tokens
+        cache = batch_cache([None] * len(prompts), [0] * len(prompts), 0, width, cursor)
     try:
         with torch.no_grad():
-            output = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=config,
-                **extra,
-            )
+            new_ids = decode(
+                model, input_ids, attention_mask, cache,
+                cached=int(cache.get_seq_length()), max_new_tokens=max_new_tokens,
+                temperature=temperature, top_p=top_p, do_sample=do_sample,
+                stop_ids=stop_ids, pad_id=pad_id, recorder=recorder, cursor=cursor,
+                cuda_graph=cuda_graph,
+            )  # fmt: skip
     except Exception as exc:
         if is_oom(exc):
             raise RuntimeError(
                 OOM_HINT.format(what=f"generating a turn for {len(prompts)} episodes")
             ) from exc
         raise
-    if not isinstance(output, Tensor):
-        output = output.sequences
-    if recorder is not None:
-        recorder.finish(output)
-    new = output[:, input_ids.shape[1] :].tolist()
     stops = set(stop_ids)
     result: list[list[int]] = []
-    for row in new:
+    for row in new_ids.tolist():
         cut = next((i + 1 for i, tok in enumerate(row) if tok in stops), len(row))
         result.append(row[:cut])
     return result

@@ -135,6 +135,67 @@ def growing_layer_class() -> type:
     return _growing_layer_class()
 
 
+def _fixed_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class FixedLayer(DynamicLayer):
+        """A full-attention layer of fixed shape (``rollout.cache=static``).
+
+        The buffers ``[b, H_kv, K, D]`` (``K`` columns: the whole ``generate`` call) are
+        allocated once and zeroed (masked columns must be finite); ``update`` writes the new
+        columns at ``cursor`` (a device tensor ``[1]`` the decoding loop advances, so no host
+        value is read) and returns the whole buffers: every decoding step has the same
+        shapes, which CUDA graphs need. The attention mask (4D, from the caller) hides the
+        columns not written yet. :meth:`settle` turns the layer back into views of its
+        ``length`` first columns, as a :class:`GrowingLayer` would hold them.
+        """
+
+        def __init__(self, columns: int, cursor: Tensor) -> None:
+            super().__init__()
+            self.columns = int(columns)
+            self.cursor = cursor
+            self._buffers: tuple[Tensor, Tensor] | None = None
+
+        @classmethod
+        def from_buffers(cls, keys: Tensor, values: Tensor, length: int, cursor: Tensor) -> Any:
+            layer = cls(keys.shape[-2], cursor)
+            layer.device = keys.device
+            layer.is_initialized = True
+            layer._buffers = (keys, values)
+            layer.settle(length)
+            return layer
+
+        def update(
+            self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[Tensor, Tensor]:
+            if self._buffers is None:
+                shape = (*key_states.shape[:2], self.columns, key_states.shape[-1])
+                self._buffers = (key_states.new_zeros(shape), value_states.new_zeros(shape))
+                self.device = key_states.device
+                self.is_initialized = True
+            keys, values = self._buffers
+            q = key_states.shape[-2]
+            where = self.cursor if q == 1 else self.cursor + torch.arange(q, device=keys.device)
+            keys.index_copy_(2, where, key_states)
+            values.index_copy_(2, where, value_states)
+            self.keys, self.values = keys, values
+            return keys, values
+
+        def settle(self, length: int) -> None:
+            """Keep views of the first ``length`` columns (``get_seq_length`` == ``length``)."""
+            if self._buffers is not None:
+                self.keys = self._buffers[0][:, :, :length]
+                self.values = self._buffers[1][:, :, :length]
+
+    return FixedLayer
+
+
+@functools.cache
+def fixed_layer_class() -> type:
+    """The :class:`FixedLayer` class (built on first use)."""
+    return _fixed_layer_class()
+
+
 def kv_reuse_support(model: Any) -> str | None:
     """``None`` when the fast path applies to ``model``, else the reason it does not.
 
@@ -314,7 +375,11 @@ def prefill_prefixes(
 
 
 def batch_cache(
-    prefixes: Sequence[PrefixKV | None], keep: Sequence[int], width: int, reserve: int = 0
+    prefixes: Sequence[PrefixKV | None],
+    keep: Sequence[int],
+    width: int,
+    reserve: int = 0,
+    cursor: Tensor | None = None,
 ) -> Any:
     """A ``DynamicCache`` of ``width`` columns: row ``i`` holds the first ``keep[i]`` cached
     tokens of ``prefixes[i]`` right-aligned (columns ``[width - keep[i], width)``), zeros
@@ -323,13 +388,16 @@ def batch_cache(
     Shapes: each layer's keys/values ``[b, H_kv, width, D]``, views of buffers with
     ``reserve`` more columns (:class:`GrowingLayer`); ``width == 0`` gives an empty cache that
     ``generate`` fills (its layers reserve ``reserve`` columns beyond the prefill).
+    With ``cursor`` (a device long tensor ``[1]``, the next column to write): fixed-shape
+    :class:`FixedLayer` s of ``width + reserve`` zeroed columns instead (``rollout.cache=static``).
     """
     from transformers import DynamicCache
 
-    layer_class = growing_layer_class()
+    layer_class = growing_layer_class() if cursor is None else fixed_layer_class()
     cache = DynamicCache()
     if width == 0:
-        cache.layer_class_to_replicate = functools.partial(layer_class, reserve)
+        args = (reserve,) if cursor is None else (reserve, cursor)
+        cache.layer_class_to_replicate = functools.partial(layer_class, *args)
         return cache
     template = next((p for p, k in zip(prefixes, keep, strict=True) if k > 0 and p), None)
     if template is None:
@@ -338,8 +406,9 @@ def batch_cache(
     for layer, (k0, v0) in enumerate(template.layers):
         keys = k0.new_empty((len(prefixes), k0.shape[0], width + reserve, k0.shape[-1]))
         values = v0.new_empty((len(prefixes), v0.shape[0], width + reserve, v0.shape[-1]))
-        keys[:, :, :width].zero_()  # masked columns must be finite (0 * -inf would be NaN)
-        values[:, :, :width].zero_()
+        zeroed = width if cursor is None else width + reserve  # a fixed layer reads them all
+        keys[:, :, :zeroed].zero_()  # masked columns must be finite (0 * -inf would be NaN)
+        values[:, :, :zeroed].zero_()
         for row, (prefix, n) in enumerate(zip(prefixes, keep, strict=True)):
             if n <= 0:
                 continue
@@ -348,7 +417,11 @@ def batch_cache(
             k, v = prefix.layers[layer]
             keys[row, :, width - n : width] = k[:, :n]
             values[row, :, width - n : width] = v[:, :n]
-        layers.append(layer_class.from_buffers(keys, values, width))
+        layers.append(
+            layer_class.from_buffers(keys, values, width)
+            if cursor is None
+            else layer_class.from_buffers(keys, values, width, cursor)
+        )
     cache.layers = layers
     return cache
 
