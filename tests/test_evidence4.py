@@ -45,7 +45,11 @@ def test_each_arm_differs_from_its_comparator_in_exactly_its_lever(arms) -> None
             continue
         mine, theirs = resolved(arm), resolved(by_name[arm.comparator])
         diff = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)} - LABELS
-        assert diff == set(arm.lever), arm.name
+        # a lever names a field; a dict field (task_bounds) differs in its entries
+        covered = {lever: {k for k in diff if k == lever or k.startswith(lever + ".")}
+                   for lever in arm.lever}  # fmt: skip
+        assert all(covered.values()), (arm.name, covered)
+        assert diff == set().union(*covered.values()), (arm.name, diff)
         assert mine["steps"] == A.STEPS
 
 
@@ -59,7 +63,7 @@ def test_the_family_compares_arms_with_their_comparators() -> None:
 
 
 def test_seeds_are_fresh_and_blocked() -> None:
-    assert len(A.SEEDS) == 32 and len(set(A.SEEDS)) == 32
+    assert len(A.SEEDS) == 24 and len(set(A.SEEDS)) == 24
     assert not set(A.SEEDS) & set(A.PILOT_SEEDS)
     assert not set(A.SEEDS) & set(range(7300, 7312)) & set(range(9101, 9105))
     assert [s for b in A.BLOCKS for s in b] == list(A.SEEDS)
@@ -82,7 +86,7 @@ def test_the_calibrated_dose_and_the_shuffled_control_vary_by_seed() -> None:
     for rule in rules:
         out = []
         for s in range(12):
-            rule.pacer.update({t: 1.0 - 0.05 * s * (k + 1) for k, t in enumerate(tasks)})
+            rule.pacer.update({t: 1.0 - 0.02 * s * (k + 1) for k, t in enumerate(tasks)})
             out.append(tuple(rule.pacer.eps().values()))
         draws.append(out)
     assert draws[0] != draws[1]

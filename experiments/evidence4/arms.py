@@ -70,8 +70,9 @@ PILOT_ARMS = (
 #: PAPO's phase controller (issue 35, item 3): Evidence III's PAPO favoured contraction while the
 #: tasks collapsed (its phase EMA, beta 0.95, lags a collapse that halves the entropy in 5
 #: steps). Pilots of faster phase signals, on the pilot seeds, against the pilots' grpo.
-PAPO_PILOT_ARMS = (
-    Arm("papo", "papo", (), "grpo", ("algorithm.papo",)),
+PAPO_PILOT_ARMS = (  # `papo` ran when 0.95 was the default: stated, so that it reproduces
+    Arm("papo", "papo", ("algorithm.polarity.beta=0.95",), "grpo",
+        ("algorithm.papo", "algorithm.polarity.beta")),
     Arm("papo-b0.5", "papo", ("algorithm.polarity.beta=0.5",), "papo",
         ("algorithm.polarity.beta",)),
     Arm("papo-b0.5-ks5", "papo", ("algorithm.polarity.beta=0.5", "algorithm.polarity.kappa_slope=5"),
@@ -80,10 +81,11 @@ PAPO_PILOT_ARMS = (
 
 # --------------------------------------------------------------------------------------- grid
 #: EPPO's calibrated dose: the smallest pilot alpha whose realised spread (run mean of
-#: eps_k(hard) - eps_k(easy)) reached 2/3 of fast-tight's 0.30 (PREREGISTRATION.md, "Dose")
-CALIBRATED_ALPHA = float("nan")  # set from the pilots before the preregistration is frozen
+#: eps_k(hard) - eps_k(easy)) reached 2/3 of fast-tight's 0.30 in every pilot seed
+#: (PREREGISTRATION.md, "Dose": 0.215-0.253 at 0.95; 0.195-0.225 at 0.8)
+CALIBRATED_ALPHA = 0.95
 #: the experiment's seeds: chosen before any run, never used by a pilot or by Evidence III
-SEEDS = tuple(range(7400, 7424))
+SEEDS = tuple(range(7400, 7424))  # 24: PREREGISTRATION.md, "Power"
 #: seed blocks: every arm of a block before the next block
 BLOCKS = tuple(tuple(SEEDS[i : i + 4]) for i in range(0, len(SEEDS), 4))
 
@@ -111,9 +113,9 @@ def _grid_arms(alpha: float) -> tuple[Arm, ...]:
         Arm("fast-tight", "grpo", (FAST_TIGHT,), "fast-wide", ("algorithm.task_bounds",)),
         Arm("fast-wide", "grpo", (FAST_WIDE,), "grpo", ("algorithm.task_bounds",)),
     )  # fmt: skip
-    papo = (
-        Arm("papo", "papo", PAPO_PHASE, "grpo", ("algorithm.papo", *PAPO_PHASE_KEYS)),
-        Arm("eppo+papo", "eppo+papo", PAPO_PHASE, "eppo", ("algorithm.papo", *PAPO_PHASE_KEYS)),
+    papo = (  # PAPO with its phase signal as fixed by issue 35 (polarity.beta 0.5, the default)
+        Arm("papo", "papo", (), "grpo", ("algorithm.papo",)),
+        Arm("eppo+papo", "eppo+papo", (), "eppo", ("algorithm.papo",)),
     )  # fmt: skip
     return (*on, *off, *controls, *papo)
 
@@ -164,3 +166,6 @@ def decisions(sig: dict[str, bool]) -> list[str]:
                    f"{paces}; the pacing is EPPO's entropy signal (it also beats the same "
                    f"eps_k shuffled across tasks): {signal}.")  # fmt: skip
     return out
+
+
+GRID_ARMS = _grid_arms(CALIBRATED_ALPHA)

@@ -59,9 +59,10 @@ def archive(which: str, arm: A.Arm, seed: int, run_dir: Path) -> None:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     shutil.copyfile(run_dir / "config.yaml", tmp / "config.yaml")
-    with open(run_dir / "metrics.jsonl", "rb") as src, gzip.open(
-        tmp / "metrics.jsonl.gz", "wb", mtime=0
-    ) as dst:
+    with (
+        open(run_dir / "metrics.jsonl", "rb") as src,
+        gzip.GzipFile(tmp / "metrics.jsonl.gz", "wb", mtime=0) as dst,
+    ):
         shutil.copyfileobj(src, dst)
     tmp.rename(dest)
 

@@ -11,7 +11,10 @@ from the batch mean token entropy ``Hbar(s)`` of the rollout:
     w_plus = 1 + lam u,   w_minus = 1 - lam u                            in [1 - lam, 1 + lam]
 
 ``u > 0`` (entropy below target, or falling) favours the entropy-expanding branch ``P > 0``.
-The EMA, reference and warmup rules are EPPO's (see :mod:`entropace.control._ratio`): during
+The EMA, reference and warmup rules are EPPO's (see :mod:`entropace.control._ratio`), with
+PAPO's own EMA weight ``beta = 0.5`` (ALGORITHMS.md section 4: with EPPO's 0.95 the phase
+signal lagged a collapse that halved the entropy in 5 steps, and PAPO favoured contraction
+throughout it; issue 35). During
 warmup ``rho = 1`` and ``g = 0``, so ``u = tanh(kappa (rho_target - 1))``: with
 ``rho_target = 0.6`` and ``kappa = 4``, ``u = -0.92`` (``w_plus = 0.54``, ``w_minus = 1.46``):
 entropy is at its reference, above target, and contraction is strongly favoured until the
@@ -43,7 +46,7 @@ class PolarityConfig:
     kappa: float = 4.0
     kappa_slope: float = 20.0
     lam: float = 0.5
-    beta: float = 0.95
+    beta: float = 0.5  # not EPPO's 0.95: the phase must see a fast collapse (issue 35)
     warmup_steps: int = 1
 
     def __post_init__(self) -> None:
