@@ -175,17 +175,25 @@ class _NaNConfig:
     """No options."""
 
 
-if "nan_for_tests" not in algos.POLICY_LOSSES:
-
-    @register_policy_loss("nan_for_tests", config=_NaNConfig, default_bounds=(0.2, 0.2))
-    def _nan_loss(inputs: LossInputs, cfg: _NaNConfig) -> algos.LossOutput:
-        """``ppo``'s loss times NaN: every optimiser step non-finite (what F12's beta did)."""
-        out = get_policy_loss("ppo")(inputs, get_policy_loss("ppo").make_config())
-        out.loss = out.loss * math.nan
-        return out
+def _nan_loss(inputs: LossInputs, cfg: _NaNConfig) -> algos.LossOutput:
+    """``ppo``'s loss times NaN: every optimiser step non-finite (what F12's beta did)."""
+    out = get_policy_loss("ppo")(inputs, get_policy_loss("ppo").make_config())
+    out.loss = out.loss * math.nan
+    return out
 
 
-def test_a_run_that_trains_nothing_stops_with_its_state_saved(tmp_path, capsys) -> None:
+@pytest.fixture
+def nan_loss():
+    """The NaN loss registered for one test only (a registration left behind would reach
+    every test that iterates over the registry)."""
+    register_policy_loss("nan_for_tests", config=_NaNConfig, default_bounds=(0.2, 0.2))(_nan_loss)
+    try:
+        yield "nan_for_tests"
+    finally:
+        del algos.POLICY_LOSSES["nan_for_tests"]
+
+
+def test_a_run_that_trains_nothing_stops_with_its_state_saved(tmp_path, capsys, nan_loss) -> None:
     run = tmp_path / "run"
     over = [*RUN, "algorithm.policy_loss=nan_for_tests", "steps=6", "log.checkpoint_every=0",
             "optim.nonfinite_patience=2"]  # fmt: skip

@@ -12,8 +12,25 @@ from hypothesis import strategies as st
 from entropace.control import PolarityController
 
 
-def test_formulas_by_hand_three_steps() -> None:
+def test_default_phase_ema_by_hand() -> None:
+    """The default beta = 0.5 (issue 35): step 2 q = 0.5 -> rho = 0.75, g = -0.25,
+    u = tanh(4 (0.6 - 0.75) + 20 * 0.25) = tanh(4.4); step 3 q = 0.1 -> rho = 0.425,
+    g = -0.325, u = tanh(4 * 0.175 + 20 * 0.325) = tanh(7.2): a collapse turns u positive at
+    once (with 0.95 it stays negative, test below)."""
     c = PolarityController()
+    assert c.config.beta == 0.5
+    c.update(2.0)
+    assert c.u == pytest.approx(math.tanh(-1.6), abs=1e-12)
+    c.update(1.0)
+    assert (c.rho, c.g) == pytest.approx((0.75, -0.25), abs=1e-12)
+    assert c.u == pytest.approx(math.tanh(4.4), abs=1e-12)
+    c.update(0.2)
+    assert (c.rho, c.g) == pytest.approx((0.425, -0.325), abs=1e-12)
+    assert c.u == pytest.approx(math.tanh(7.2), abs=1e-12)
+
+
+def test_formulas_by_hand_three_steps() -> None:
+    c = PolarityController(beta=0.95)  # the EPPO-like EMA (the default before issue 35)
     # Step 1: reference 2.0, rho = 1, g = 0, u = tanh(4 (0.6 - 1)) = tanh(-1.6).
     w_plus, w_minus = c.update(2.0)
     assert c.ref == 2.0 and c.rho == 1.0 and c.g == 0.0
@@ -102,7 +119,7 @@ def test_warmup_keeps_rho_at_one() -> None:
         assert c.rho == 1.0 and c.g == 0.0
     assert c.ref == 2.0
     c.update(1.0)
-    assert c.rho == pytest.approx(0.95 + 0.05 * 0.5, abs=1e-12)
+    assert c.rho == pytest.approx(0.5 + 0.5 * 0.5, abs=1e-12)  # beta 0.5, q = 1.0 / 2.0
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
