@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 
 from tests.test_rollout import IM_END, CounterEnv, add_eot_bias  # noqa: E402
 
+from entropace._hf_compat import cache_kwarg  # noqa: E402
 from entropace.rollout import RolloutConfig, RolloutRequest, collect_rollouts  # noqa: E402
 from entropace.rollout.kvcache import (  # noqa: E402
     PrefixKV,
@@ -50,9 +51,10 @@ class CallSpy:
     def __init__(self, model: Any) -> None:
         self.calls: list[dict[str, Any]] = []
         original = model.generate
+        keyword = cache_kwarg(model)
 
         def generate(*args: Any, **kwargs: Any) -> Any:
-            cache = kwargs.get("cache")
+            cache = kwargs.get(keyword)
             record = {
                 "input_ids": kwargs["input_ids"].clone(),
                 "attention_mask": kwargs["attention_mask"].clone(),
@@ -347,7 +349,7 @@ def test_prefill_prefixes_match_a_plain_forward(tiny_model_and_tokenizer: tuple[
             continue
         cache = DynamicCache()
         with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([ids]), **{cache_kwarg(model): cache}, use_cache=True)
         assert kv.length == len(ids)
         for (k, v), layer in zip(kv.layers, cache.layers, strict=True):
             torch.testing.assert_close(k, layer.keys[0], rtol=1e-5, atol=1e-5)

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from entropace._hf_compat import cache_kwarg
+
 OOM_HINT = (
     "out of memory while {what}. Lower rollout.max_new_tokens_per_turn or "
     "rollout.max_episode_tokens, the prompts per task or the group size (fewer episodes per "
@@ -52,7 +54,7 @@ def generation_config(
     ``generation_config.json`` or its global defaults (top-k 50, repetition penalty, ...) is set
     to its neutral value, so the sampling distribution is exactly the one the statistics pass
     describes (up to top-p). A new object per call: nothing about the batch is cached.
-    ``user_cache``: the caller passes its own ``cache`` (then no ``cache_implementation``).
+    ``user_cache``: the caller passes its own cache (then no ``cache_implementation``).
     """
     from transformers import GenerationConfig
 
@@ -125,7 +127,7 @@ def generate_turn(
         pad_id=pad_id,
         user_cache=cache is not None,
     )
-    extra: dict[str, Any] = {"cache": cache} if cache is not None else {}
+    extra: dict[str, Any] = {cache_kwarg(model): cache} if cache is not None else {}
     if recorder is not None:
         from transformers import LogitsProcessorList
 

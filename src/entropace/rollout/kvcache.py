@@ -59,6 +59,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from entropace._hf_compat import cache_kwarg
+
 
 @dataclass
 class PrefixKV:
@@ -138,8 +140,8 @@ def growing_layer_class() -> type:
 def kv_reuse_support(model: Any) -> str | None:
     """``None`` when the fast path applies to ``model``, else the reason it does not.
 
-    The fast path needs ``generate`` to accept a ``cache`` argument and a model config whose
-    layers all map to plain (full attention) ``DynamicLayer`` cache layers.
+    The fast path needs a model config whose layers all map to plain (full attention)
+    ``DynamicLayer`` cache layers (the cache's keyword: :func:`entropace._hf_compat.cache_kwarg`).
     """
     try:
         from transformers import DynamicCache
@@ -267,7 +269,7 @@ def extend_prefixes(
                 input_ids=ids[:, width - new :],
                 attention_mask=mask,
                 position_ids=position_ids[:, width - new :],
-                cache=cache,
+                **{cache_kwarg(model): cache},
                 use_cache=True,
                 **keep_logits,
             )

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from entropace._hf_compat import cache_kwarg
+
 if TYPE_CHECKING:
     from entropace.algos.token_stats import TokenStats
 
@@ -178,10 +180,6 @@ def sequence_token_stats(
     return TokenStats(**{name: torch.cat(parts[name], dim=0) for name in names})
 
 
-#: The keyword that hands a cache to a transformers causal LM (``past_key_values`` before 5.x).
-CACHE_ARG = "cache"
-
-
 def _prefix_sharing_applies(model: Any) -> bool:
     from entropace.rollout.kvcache import kv_reuse_support
 
@@ -240,7 +238,7 @@ def _shared_prefix_stats(
             input_ids=g_ids[:1, :prefix],
             attention_mask=g_mask[:1, :prefix],
             position_ids=g_pos[:1, :prefix],
-            **{CACHE_ARG: cache},
+            **{cache_kwarg(model): cache},
             use_cache=True,
             logits_to_keep=need_prefix,
         ).logits  # [1, need_prefix, V]: positions prefix-need_prefix .. prefix-1
@@ -249,7 +247,7 @@ def _shared_prefix_stats(
             input_ids=g_ids[:, prefix:],
             attention_mask=g_mask,
             position_ids=g_pos[:, prefix:],
-            **{CACHE_ARG: cache},
+            **{cache_kwarg(model): cache},
             use_cache=True,
         ).logits  # [n, used - prefix, V]: positions prefix .. used-1
         # positions prefix-need_prefix .. used-2 predict tokens prefix-need_prefix+1 .. used-1
@@ -354,12 +352,12 @@ def _shared_prefix_hidden(
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
             head = backbone(
                 input_ids=g_ids[:1, :prefix], attention_mask=g_mask[:1, :prefix],
-                position_ids=g_pos[:1, :prefix], **{CACHE_ARG: cache}, use_cache=True,
+                position_ids=g_pos[:1, :prefix], **{cache_kwarg(model): cache}, use_cache=True,
             ).last_hidden_state  # fmt: skip
             cache.batch_repeat_interleave(len(index))
             tail = backbone(
                 input_ids=g_ids[:, prefix:], attention_mask=g_mask,
-                position_ids=g_pos[:, prefix:], **{CACHE_ARG: cache}, use_cache=True,
+                position_ids=g_pos[:, prefix:], **{cache_kwarg(model): cache}, use_cache=True,
             ).last_hidden_state  # fmt: skip
             hidden = torch.cat([head.expand(len(index), -1, -1), tail], dim=1)
         if g_used < used:
