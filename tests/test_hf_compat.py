@@ -18,7 +18,9 @@ from entropace._hf_compat import (  # noqa: E402
     CACHE_KWARGS,
     cache_kwarg,
     config_overrides,
+    keeps_logits_by_mask,
     load_tokenizer,
+    takes_logits_to_keep,
 )
 from entropace.models import load_model  # noqa: E402
 from entropace.models.tiny import build_tiny_tokenizer  # noqa: E402
@@ -86,6 +88,28 @@ def test_cache_kwarg_of_the_tiny_model_is_what_its_forward_uses(
     with torch.no_grad():
         model(input_ids=ids, **{cache_kwarg(model): cache}, use_cache=True)
     assert cache.get_seq_length() == ids.shape[1]
+
+
+def test_keeps_logits_by_mask_is_what_the_forward_does(
+    tiny_model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    """True exactly when a boolean ``[rows, L]`` ``logits_to_keep`` gives the ``[n_true, V]``
+    logits of those positions (an older forward raises on the 2-D index)."""
+    model, _ = tiny_model_and_tokenizer
+    ids = torch.arange(4, 4 + 2 * 6).reshape(2, 6)
+    keep = torch.zeros(2, 6, dtype=torch.bool)
+    keep[0, 2] = keep[1, 4] = keep[1, 5] = True
+    with torch.no_grad():
+        full = model(input_ids=ids, use_cache=False).logits
+        try:
+            out = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
+        except IndexError:
+            out = None
+    assert takes_logits_to_keep(model) and not takes_logits_to_keep(_KwargsOnly())
+    assert keeps_logits_by_mask(model) == (out is not None)
+    if out is not None:
+        torch.testing.assert_close(out, full[keep])
+    assert not keeps_logits_by_mask(_KwargsOnly())
 
 
 def _chat_ids(tok: Any) -> list[int]:

@@ -273,3 +273,16 @@ def test_smollm2_embedded_model_answers(single_thread: None) -> None:
     length = int(batch.attention_mask[0].sum())
     rendered = tok.apply_chat_template(record.messages, tokenize=False)
     assert tok.decode(batch.input_ids[0, :length]) == rendered
+
+
+@pytest.mark.slow
+def test_smollm2_ends_turns_at_im_end() -> None:
+    """SmolLM2-Instruct's turns end at <|im_end|> (its generation config's eos, id 2), whatever
+    transformers converted the GGUF (4.57's GGUF reader took <|im_start|> as the eos token:
+    pad <|im_start|> and turns stopping at either)."""
+    from entropace.rollout.chat import ChatLayout
+
+    model, tok = load_model("smollm2-135m")
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|im_start|>", "<|im_end|>",
+                                                             "<|im_end|>")  # fmt: skip
+    assert ChatLayout(tok).stop_ids == {model.generation_config.eos_token_id} == {2}

@@ -6,6 +6,9 @@ through this module:
 * :func:`cache_kwarg` - the keyword that hands a key/value cache to a model's ``forward`` and to
   ``generate`` (``past_key_values`` up to 5.2x, ``cache`` after; read from the model's
   ``forward`` signature);
+* :func:`takes_logits_to_keep` / :func:`keeps_logits_by_mask` - whether ``forward`` computes
+  the LM head on some positions only (``logits_to_keep``), and whether it also takes a boolean
+  ``[rows, L]`` mask there (transformers' ``slice_logits_to_keep``, after 5.10);
 * :func:`load_tokenizer` - ``AutoTokenizer``, or, for a checkpoint saved by a newer
   transformers whose tokenizer class the installed one does not have (5.x saves
   ``TokenizersBackend``), the generic fast tokenizer built from its ``tokenizer.json``;
@@ -52,10 +55,31 @@ def cache_kwarg(model: Any) -> str:
     names neither (``**kwargs`` only) gets the keyword of the installed transformers'
     ``GenerationMixin.prepare_inputs_for_generation``.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    names = _parameters(type(base).forward)
+    names = _parameters(_base_forward(model))
     found = next((k for k in CACHE_KWARGS if k in names), None)
     return found if found is not None else _generation_cache_kwarg()
+
+
+def _base_forward(model: Any) -> Any:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(base).forward
+
+
+def takes_logits_to_keep(model: Any) -> bool:
+    """Whether ``model``'s (peft-unwrapped) ``forward`` takes ``logits_to_keep`` (an integer:
+    the LM head on the last N positions only)."""
+    return "logits_to_keep" in _parameters(_base_forward(model))
+
+
+def keeps_logits_by_mask(model: Any) -> bool:
+    """Whether ``logits_to_keep`` may also be a boolean ``[rows, L]`` mask (the logits of its
+    ``True`` positions, ``[n_true, V]``): the model's ``forward`` slices through transformers'
+    ``slice_logits_to_keep``, which takes one (read from the forward's code; older forwards
+    index ``hidden[:, logits_to_keep]`` and fail on a 2-D mask)."""
+    if not takes_logits_to_keep(model):
+        return False
+    code = getattr(inspect.unwrap(_base_forward(model)), "__code__", None)
+    return code is not None and "slice_logits_to_keep" in code.co_names
 
 
 def _saved_file(path: str, name: str) -> Path | None:

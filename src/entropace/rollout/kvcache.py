@@ -51,7 +51,6 @@ Only models whose cache is a plain full-attention :class:`DynamicCache` are supp
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +58,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import cache_kwarg
+from entropace._hf_compat import cache_kwarg, takes_logits_to_keep
 
 
 @dataclass
@@ -163,14 +162,6 @@ def kv_reuse_support(model: Any) -> str | None:
     return None
 
 
-def _takes_logits_to_keep(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _length_buckets(lengths: Sequence[int], max_batch: int, waste: float) -> list[list[int]]:
     """Indices grouped for padded batches: sorted by length (longest first), a bucket grows
     while its padded size stays within ``waste`` times its real tokens and ``max_batch`` rows."""
@@ -249,7 +240,7 @@ def extend_prefixes(
         elif ids:
             todo.append(i)
     positions = 0
-    keep_logits = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    keep_logits = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
     uncached = [len(lists[i]) - cached[i] for i in todo]
     for bucket in _length_buckets(uncached, max_batch, waste):
         rows = [todo[j] for j in bucket]

@@ -24,13 +24,12 @@ gradients as the materialised path on the loss-mask columns (tested to 1e-5 rela
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import cache_kwarg
+from entropace._hf_compat import cache_kwarg, takes_logits_to_keep
 
 if TYPE_CHECKING:
     from entropace.algos.token_stats import TokenStats
@@ -153,7 +152,7 @@ def sequence_token_stats(
                 continue
             extra = (
                 {"logits_to_keep": used - first + 1}
-                if first > 1 and _takes_logits_to_keep(model)
+                if first > 1 and takes_logits_to_keep(model)
                 else {}
             )
             logits = model(
@@ -406,12 +405,3 @@ def _fused_stats(
         out[name] = value.new_zeros(rows, used).index_put((sel,), value)
     return out
 
-
-def _takes_logits_to_keep(model: Any) -> bool:
-    """Whether ``model.forward`` (or, for a PEFT wrapper, its base model's) accepts
-    ``logits_to_keep`` (transformers' causal LMs compute the LM head only on the last N)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
