@@ -4,8 +4,9 @@ Everything in entropace that differs between the transformers versions pyproject
 through this module:
 
 * :func:`cache_kwarg` - the keyword that hands a key/value cache to a model's ``forward`` and to
-  ``generate`` (``past_key_values`` up to 5.2x, ``cache`` after; read from the model's
-  ``forward`` signature);
+  ``generate`` (``past_key_values`` in 4.57 to 5.17 at least, ``cache`` in 5.25, which still
+  accepts the old name with a deprecation warning; read from the model's ``forward``
+  signature);
 * :func:`takes_logits_to_keep` / :func:`keeps_logits_by_mask` - whether ``forward`` computes
   the LM head on some positions only (``logits_to_keep``), and whether it also takes a boolean
   ``[rows, L]`` mask there (transformers' ``slice_logits_to_keep``, after 5.10);
