@@ -629,7 +629,7 @@ def test_loss_mask_limits_the_vocabulary_work_without_changing_the_loss_columns(
     """With ``loss_mask``, the LM head runs only from the first loss column of the micro-batch
     (``logits_to_keep``): columns from there on equal the full computation, earlier ones are 0;
     a model without ``logits_to_keep`` gives the same numbers."""
-    from entropace._hf_compat import takes_logits_to_keep
+    from entropace.models.compat import takes_logits_to_keep
     from entropace.rollout.stats import sequence_token_stats
 
     model, _ = tiny_model_and_tokenizer

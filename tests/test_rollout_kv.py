@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 from tests.test_rollout import IM_END, CounterEnv, add_eot_bias  # noqa: E402
 
-from entropace._hf_compat import cache_kwarg  # noqa: E402
+from entropace.models.compat import cache_kwarg  # noqa: E402
 from entropace.rollout import RolloutConfig, RolloutRequest, collect_rollouts  # noqa: E402
 from entropace.rollout.kvcache import (  # noqa: E402
     PrefixKV,

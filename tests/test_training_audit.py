@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from entropace._hf_compat import keeps_logits_by_mask
 from entropace.algos import token_stats
 from entropace.diagnostics import (
     TrainingAudit,
@@ -23,6 +22,7 @@ from entropace.diagnostics import (
     state_logits,
 )
 from entropace.envs.toy import register_letter_envs
+from entropace.models.compat import keeps_logits_by_mask
 from entropace.train import trainer as trainer_module
 from entropace.train.checkpoint import load_checkpoint
 from entropace.train.config import ConfigError, load_config

@@ -69,9 +69,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import keeps_logits_by_mask
 from entropace.algos.token_stats import token_stats
 from entropace.diagnostics.polarity_audit import polarity_audit
+from entropace.models.compat import keeps_logits_by_mask
 
 __all__ = [
     "TrainingAudit",
@@ -157,7 +157,7 @@ def state_logits(
     (positions ``cumsum(attention_mask) - 1``, no cache). Only the rows holding a state are run,
     ``micro_batch_size`` of them per forward pass (None: all at once), and for models whose
     ``forward`` takes a boolean ``[rows, L]`` ``logits_to_keep`` mask (transformers' causal
-    LMs after 5.10: :func:`entropace._hf_compat.keeps_logits_by_mask`) the LM head runs on
+    LMs after 5.10: :func:`entropace.models.compat.keeps_logits_by_mask`) the LM head runs on
     the states' positions only, never on the ``[rows, L, V]`` logits. Runs under ``torch.no_grad`` unless ``grad``.
     """
     if rows.shape != cols.shape or rows.dim() != 1:

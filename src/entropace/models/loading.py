@@ -153,7 +153,7 @@ def load_model(
     _require_transformers()
     from transformers import AutoModelForCausalLM
 
-    from entropace._hf_compat import config_overrides, load_tokenizer
+    from entropace.models.compat import config_overrides, load_tokenizer
 
     torch_dtype = resolve_dtype(dtype, device)
     path = resolve_model_path(name_or_path)

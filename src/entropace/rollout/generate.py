@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import cache_kwarg
+from entropace.models.compat import cache_kwarg
 
 OOM_HINT = (
     "out of memory while {what}. Lower rollout.max_new_tokens_per_turn or "

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import cache_kwarg, takes_logits_to_keep
+from entropace.models.compat import cache_kwarg, takes_logits_to_keep
 
 
 @dataclass
@@ -140,7 +140,7 @@ def kv_reuse_support(model: Any) -> str | None:
     """``None`` when the fast path applies to ``model``, else the reason it does not.
 
     The fast path needs a model config whose layers all map to plain (full attention)
-    ``DynamicLayer`` cache layers (the cache's keyword: :func:`entropace._hf_compat.cache_kwarg`).
+    ``DynamicLayer`` cache layers (the cache's keyword: :func:`entropace.models.compat.cache_kwarg`).
     """
     try:
         from transformers import DynamicCache

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from entropace._hf_compat import cache_kwarg, takes_logits_to_keep
+from entropace.models.compat import cache_kwarg, takes_logits_to_keep
 
 if TYPE_CHECKING:
     from entropace.algos.token_stats import TokenStats

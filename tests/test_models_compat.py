@@ -1,4 +1,4 @@
-"""``entropace._hf_compat``: what differs between the transformers versions pyproject declares,
+"""``entropace.models.compat``: what differs between the transformers versions pyproject declares,
 read from the installed transformers' code (issue 36). The same file runs in .ci/run's venvs
 with the lowest declared transformers and with verl's newest allowed one."""
 
@@ -14,7 +14,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from entropace._hf_compat import (  # noqa: E402
+from entropace.models import load_model  # noqa: E402
+from entropace.models.compat import (  # noqa: E402
     CACHE_KWARGS,
     cache_kwarg,
     config_overrides,
@@ -22,7 +23,6 @@ from entropace._hf_compat import (  # noqa: E402
     load_tokenizer,
     takes_logits_to_keep,
 )
-from entropace.models import load_model  # noqa: E402
 from entropace.models.tiny import build_tiny_tokenizer  # noqa: E402
 
 WARM = Path(__file__).parents[1] / "src/entropace/models/warm/48e73f00086670992c7c819f"
