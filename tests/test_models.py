@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import zipfile
@@ -273,3 +274,40 @@ def test_smollm2_embedded_model_answers(single_thread: None) -> None:
     length = int(batch.attention_mask[0].sum())
     rendered = tok.apply_chat_template(record.messages, tokenize=False)
     assert tok.decode(batch.input_ids[0, :length]) == rendered
+
+
+@pytest.mark.slow
+def test_smollm2_ends_turns_at_im_end() -> None:
+    """SmolLM2-Instruct's turns end at <|im_end|> (its generation config's eos, id 2), whatever
+    transformers converted the GGUF (4.57's GGUF reader took <|im_start|> as the eos token:
+    pad <|im_start|> and turns stopping at either)."""
+    from entropace.rollout.chat import ChatLayout
+
+    model, tok = load_model("smollm2-135m")
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<|im_start|>", "<|im_end|>",
+                                                             "<|im_end|>")  # fmt: skip
+    assert ChatLayout(tok).stop_ids == {model.generation_config.eos_token_id} == {2}
+
+
+def test_a_conversion_with_the_wrong_eos_is_repaired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached SmolLM2 converted under transformers 4.57 before the fix (eos <|im_start|>,
+    id 1; the generation config's eos is 2) gets eos <|im_end|>; the rest of the file and the
+    weights stay as they were, and a second call changes nothing."""
+    monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path))
+    target = tmp_path / "models" / "smollm2-135m"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / "model.safetensors").write_bytes(b"weights")
+    (target / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2}')
+    decoder = {str(i): {"content": c, "special": True}
+               for i, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])}  # fmt: skip
+    stale = {"added_tokens_decoder": decoder, "bos_token": "<|im_start|>",
+             "eos_token": "<|im_start|>", "eos_token_id": 1, "legacy": True}  # fmt: skip
+    (target / "tokenizer_config.json").write_text(json.dumps(stale))
+    assert smollm2_mod.ensure_smollm2() == target
+    fixed = json.loads((target / "tokenizer_config.json").read_text())
+    assert fixed == {**stale, "eos_token": "<|im_end|>", "eos_token_id": 2}
+    assert (target / "model.safetensors").read_bytes() == b"weights"
+    assert not smollm2_mod.repair_eos(target)

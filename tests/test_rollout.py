@@ -640,7 +640,8 @@ def test_loss_mask_limits_the_vocabulary_work_without_changing_the_loss_columns(
     """With ``loss_mask``, the LM head runs only from the first loss column of the micro-batch
     (``logits_to_keep``): columns from there on equal the full computation, earlier ones are 0;
     a model without ``logits_to_keep`` gives the same numbers."""
-    from entropace.rollout.stats import _takes_logits_to_keep, sequence_token_stats
+    from entropace.models.compat import takes_logits_to_keep
+    from entropace.rollout.stats import sequence_token_stats
 
     model, _ = tiny_model_and_tokenizer
     g = torch.Generator().manual_seed(3)
@@ -664,7 +665,7 @@ def test_loss_mask_limits_the_vocabulary_work_without_changing_the_loss_columns(
             seen.append(out.logits.shape[1])
             return out
 
-    assert _takes_logits_to_keep(model) and not _takes_logits_to_keep(NoKeep(model))
+    assert takes_logits_to_keep(model) and not takes_logits_to_keep(NoKeep(model))
     full = sequence_token_stats(model, ids, attn, temperature=0.7)
     part = sequence_token_stats(model, ids, attn, temperature=0.7, loss_mask=loss)
     plain = sequence_token_stats(NoKeep(model), ids, attn, temperature=0.7, loss_mask=loss)

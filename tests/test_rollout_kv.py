@@ -20,6 +20,7 @@ pytest.importorskip("transformers")
 from tests.test_rollout import IM_END, CounterEnv, add_eot_bias  # noqa: E402
 
 import entropace.rollout.decode as decode_mod  # noqa: E402
+from entropace.models.compat import cache_kwarg  # noqa: E402
 from entropace.rollout import RolloutConfig, RolloutRequest, collect_rollouts  # noqa: E402
 from entropace.rollout.kvcache import (  # noqa: E402
     PrefixKV,
@@ -349,7 +350,7 @@ def test_prefill_prefixes_match_a_plain_forward(tiny_model_and_tokenizer: tuple[
             continue
         cache = DynamicCache()
         with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([ids]), **{cache_kwarg(model): cache}, use_cache=True)
         assert kv.length == len(ids)
         for (k, v), layer in zip(kv.layers, cache.layers, strict=True):
             torch.testing.assert_close(k, layer.keys[0], rtol=1e-5, atol=1e-5)

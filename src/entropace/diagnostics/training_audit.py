@@ -61,7 +61,6 @@ audited run trains exactly as an unaudited one (``tests/test_training_audit.py``
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -72,6 +71,7 @@ from torch import Tensor
 
 from entropace.algos.token_stats import token_stats
 from entropace.diagnostics.polarity_audit import polarity_audit
+from entropace.models.compat import keeps_logits_by_mask
 
 __all__ = [
     "TrainingAudit",
@@ -129,14 +129,6 @@ def sample_states(
     return positions[:, 0].contiguous(), positions[:, 1].contiguous()
 
 
-def _takes_logits_to_keep(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _forward(model: Any, ids: Tensor, mask: Tensor, **extra: Any) -> Tensor:
     """The model's logits, positions ``cumsum(mask) - 1`` as in the statistics pass, no cache."""
     return model(
@@ -164,9 +156,9 @@ def state_logits(
     model's output at position ``cols[i] - 1``, computed as the statistics pass computes them
     (positions ``cumsum(attention_mask) - 1``, no cache). Only the rows holding a state are run,
     ``micro_batch_size`` of them per forward pass (None: all at once), and for models whose
-    ``forward`` takes ``logits_to_keep`` (transformers' causal LMs: a boolean ``[rows, L]`` mask
-    keeps exactly those positions) the LM head runs on the states' positions only, never on the
-    ``[rows, L, V]`` logits. Runs under ``torch.no_grad`` unless ``grad``.
+    ``forward`` takes a boolean ``[rows, L]`` ``logits_to_keep`` mask (transformers' causal
+    LMs after 5.10: :func:`entropace.models.compat.keeps_logits_by_mask`) the LM head runs on
+    the states' positions only, never on the ``[rows, L, V]`` logits. Runs under ``torch.no_grad`` unless ``grad``.
     """
     if rows.shape != cols.shape or rows.dim() != 1:
         raise ValueError("state_logits: rows and cols must be 1-D and of the same length")
@@ -177,7 +169,7 @@ def state_logits(
     step = micro_batch_size or max(int(unique.numel()), 1)
     pieces: list[Tensor] = []
     order: list[Tensor] = []
-    selective = _takes_logits_to_keep(model)
+    selective = keeps_logits_by_mask(model)
     with torch.set_grad_enabled(grad):
         for start in range(0, unique.numel(), step):
             chunk = unique[start : start + step]
@@ -195,7 +187,7 @@ def state_logits(
                 if out.dim() == 2 and out.shape[0] == int(keep.sum()):  # [kept, V], row-major
                     kept = keep.flatten().nonzero().flatten()
                     logits = out[torch.searchsorted(kept, local * used + pos).to(device)]
-                else:  # an older transformers: integer logits_to_keep only
+                else:  # a forward that did not slice by the mask: all positions
                     selective = False
             if logits is None:
                 logits = _forward(model, ids, mask)[local.to(device), pos.to(device)]

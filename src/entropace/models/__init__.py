@@ -4,6 +4,9 @@
   optionally with LoRA adapters.
 * :func:`entropace.models.tiny.build_tiny_model` - a tiny random Llama with an offline ChatML
   tokenizer, for tests and smoke runs.
+* :mod:`entropace.models.compat` - what differs between transformers versions (the cache
+  keyword, ``logits_to_keep``, checkpoints saved by a newer transformers), read from the
+  installed one's code.
 """
 
 from __future__ import annotations

@@ -151,13 +151,17 @@ def load_model(
         token set; ``model.generation_config.pad_token_id`` set to the tokenizer's.
     """
     _require_transformers()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from entropace.models.compat import config_overrides, load_tokenizer
 
     torch_dtype = resolve_dtype(dtype, device)
     path = resolve_model_path(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        tokenizer = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype, **config_overrides(path)
+        )
     except (OSError, ValueError) as exc:  # missing files, unknown repo, unusable tokenizer
         aliases = ", ".join(sorted(ALIASES))
         raise OSError(

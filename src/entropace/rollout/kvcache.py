@@ -51,13 +51,14 @@ Only models whose cache is a plain full-attention :class:`DynamicCache` are supp
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from entropace.models.compat import cache_kwarg, takes_logits_to_keep
 
 
 @dataclass
@@ -199,8 +200,8 @@ def fixed_layer_class() -> type:
 def kv_reuse_support(model: Any) -> str | None:
     """``None`` when the fast path applies to ``model``, else the reason it does not.
 
-    The fast path needs ``generate`` to accept a ``cache`` argument and a model config whose
-    layers all map to plain (full attention) ``DynamicLayer`` cache layers.
+    The fast path needs a model config whose layers all map to plain (full attention)
+    ``DynamicLayer`` cache layers (the cache's keyword: :func:`entropace.models.compat.cache_kwarg`).
     """
     try:
         from transformers import DynamicCache
@@ -220,14 +221,6 @@ def kv_reuse_support(model: Any) -> str | None:
         kinds = sorted({type(layer).__name__ for layer in probe.layers})
         return f"cache layers {kinds} are not all full-attention DynamicLayer"
     return None
-
-
-def _takes_logits_to_keep(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _length_buckets(lengths: Sequence[int], max_batch: int, waste: float) -> list[list[int]]:
@@ -308,7 +301,7 @@ def extend_prefixes(
         elif ids:
             todo.append(i)
     positions = 0
-    keep_logits = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    keep_logits = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
     uncached = [len(lists[i]) - cached[i] for i in todo]
     for bucket in _length_buckets(uncached, max_batch, waste):
         rows = [todo[j] for j in bucket]
@@ -328,7 +321,7 @@ def extend_prefixes(
                 input_ids=ids[:, width - new :],
                 attention_mask=mask,
                 position_ids=position_ids[:, width - new :],
-                cache=cache,
+                **{cache_kwarg(model): cache},
                 use_cache=True,
                 **keep_logits,
             )

@@ -24,11 +24,12 @@ gradients as the materialised path on the loss-mask columns (tested to 1e-5 rela
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+from entropace.models.compat import cache_kwarg, takes_logits_to_keep
 
 if TYPE_CHECKING:
     from entropace.algos.token_stats import TokenStats
@@ -151,7 +152,7 @@ def sequence_token_stats(
                 continue
             extra = (
                 {"logits_to_keep": used - first + 1}
-                if first > 1 and _takes_logits_to_keep(model)
+                if first > 1 and takes_logits_to_keep(model)
                 else {}
             )
             logits = model(
@@ -176,10 +177,6 @@ def sequence_token_stats(
                 value = torch.where(valid, getattr(stats, name).to(dtype), 0.0)
                 parts[name].append(torch.cat([zero, value, pad], dim=1))
     return TokenStats(**{name: torch.cat(parts[name], dim=0) for name in names})
-
-
-#: The keyword that hands a cache to a transformers causal LM (``past_key_values`` before 5.x).
-CACHE_ARG = "cache"
 
 
 def _prefix_sharing_applies(model: Any) -> bool:
@@ -240,7 +237,7 @@ def _shared_prefix_stats(
             input_ids=g_ids[:1, :prefix],
             attention_mask=g_mask[:1, :prefix],
             position_ids=g_pos[:1, :prefix],
-            **{CACHE_ARG: cache},
+            **{cache_kwarg(model): cache},
             use_cache=True,
             logits_to_keep=need_prefix,
         ).logits  # [1, need_prefix, V]: positions prefix-need_prefix .. prefix-1
@@ -249,7 +246,7 @@ def _shared_prefix_stats(
             input_ids=g_ids[:, prefix:],
             attention_mask=g_mask,
             position_ids=g_pos[:, prefix:],
-            **{CACHE_ARG: cache},
+            **{cache_kwarg(model): cache},
             use_cache=True,
         ).logits  # [n, used - prefix, V]: positions prefix .. used-1
         # positions prefix-need_prefix .. used-2 predict tokens prefix-need_prefix+1 .. used-1
@@ -354,12 +351,12 @@ def _shared_prefix_hidden(
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
             head = backbone(
                 input_ids=g_ids[:1, :prefix], attention_mask=g_mask[:1, :prefix],
-                position_ids=g_pos[:1, :prefix], **{CACHE_ARG: cache}, use_cache=True,
+                position_ids=g_pos[:1, :prefix], **{cache_kwarg(model): cache}, use_cache=True,
             ).last_hidden_state  # fmt: skip
             cache.batch_repeat_interleave(len(index))
             tail = backbone(
                 input_ids=g_ids[:, prefix:], attention_mask=g_mask,
-                position_ids=g_pos[:, prefix:], **{CACHE_ARG: cache}, use_cache=True,
+                position_ids=g_pos[:, prefix:], **{cache_kwarg(model): cache}, use_cache=True,
             ).last_hidden_state  # fmt: skip
             hidden = torch.cat([head.expand(len(index), -1, -1), tail], dim=1)
         if g_used < used:
@@ -408,12 +405,3 @@ def _fused_stats(
         out[name] = value.new_zeros(rows, used).index_put((sel,), value)
     return out
 
-
-def _takes_logits_to_keep(model: Any) -> bool:
-    """Whether ``model.forward`` (or, for a PEFT wrapper, its base model's) accepts
-    ``logits_to_keep`` (transformers' causal LMs compute the LM head only on the last N)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
