@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 import torch
-from tests.test_rollout import CounterEnv, add_eot_bias
-from tests.test_rollout_kv import PATHS, grouped_requests
+
+try:
+    from tests.test_rollout import CounterEnv, add_eot_bias
+    from tests.test_rollout_kv import PATHS, grouped_requests
+except ModuleNotFoundError:  # a site-packages `tests` package (verl's venv) shadows ours
+    from test_rollout import CounterEnv, add_eot_bias  # type: ignore[no-redef]
+    from test_rollout_kv import PATHS, grouped_requests  # type: ignore[no-redef]
 
 import entropace.rollout.decode as decode_mod
 from entropace.rollout import RolloutConfig, collect_rollouts

@@ -17,7 +17,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.test_rollout import IM_END, CounterEnv, add_eot_bias  # noqa: E402
+try:
+    from tests.test_rollout import IM_END, CounterEnv, add_eot_bias
+except ModuleNotFoundError:  # a site-packages `tests` package (verl's venv) shadows ours
+    from test_rollout import IM_END, CounterEnv, add_eot_bias  # type: ignore[no-redef]
 
 import entropace.rollout.decode as decode_mod  # noqa: E402
 from entropace.models.compat import cache_kwarg  # noqa: E402
