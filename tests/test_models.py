@@ -273,3 +273,32 @@ def test_smollm2_embedded_model_answers(single_thread: None) -> None:
     length = int(batch.attention_mask[0].sum())
     rendered = tok.apply_chat_template(record.messages, tokenize=False)
     assert tok.decode(batch.input_ids[0, :length]) == rendered
+
+
+def test_lora_targets_matching_no_module_are_one_config_error_and_quicks_fit_any_decoder(
+    single_thread: None,
+) -> None:
+    """Item 6 of issue 37: LoRA targets that select no module of the model are a ConfigError
+    naming the keys, the model's layer count and what to set (was peft's raw
+    NoMatchingPeftModuleError); the quick preset's targets (the upper third of the layers)
+    fit the tiny model too: its layer 1 of 2, the 7 projections."""
+    from entropace.models.loading import upper_layers
+    from entropace.train.config import ConfigError, ModelConfig, load_config
+    from entropace.train.policy import build_model
+
+    smollm2_only = r".*\.layers\.(2[0-9])\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
+    with pytest.raises(
+        ConfigError,
+        match=r"model.lora_target_modules / model.lora_layers of tiny: .* \(2 decoder layers; "
+        r"its linear modules: down_proj, .*set model.lora_target_modules",
+    ):
+        build_model(ModelConfig(name="tiny", device="cpu", lora=True,
+                                lora_target_modules=smollm2_only))  # fmt: skip
+    assert upper_layers(30, 0.333) == list(range(20, 30))  # SmolLM2: layers 20-29
+    assert upper_layers(2, 0.333) == [1] and upper_layers(1, 0.01) == [0]
+    assert upper_layers(30, 1.0) == list(range(30))
+    model, _, _ = build_model(load_config("quick", ["model=tiny"]).model)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert len(trainable) == 14 and all(".layers.1." in n and ".lora_" in n for n in trainable)
+    with pytest.raises(ConfigError, match="model.lora_layers=0.5 needs model.lora_target_modules"):
+        load_config("quick", ["model.lora_layers=0.5", "model.lora_target_modules=all-linear"])
