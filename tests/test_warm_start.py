@@ -199,6 +199,75 @@ def test_jsonl_demos_are_read_and_malformed_lines_named(tmp_path: Path) -> None:
             read_jsonl_demos(path)
 
 
+def test_jsonl_lines_are_read_one_at_a_time_with_a_limit_and_decoding_errors_named(
+    tmp_path: Path,
+) -> None:
+    """F1/F2/F4 of issue 37: a line longer than the limit is refused naming it (before it is
+    parsed or tokenised; was 19.9 GB and 238 s for 100 MB), invalid UTF-8 and lone surrogates
+    name their line (were tracebacks), ``tools`` entries must be JSON objects (F3)."""
+    from entropace.train.demos import MAX_JSONL_LINE_BYTES
+
+    good = json.dumps(
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    )
+    path = tmp_path / "demos.jsonl"
+    path.write_text(good + "\n" + good[:-1] + ', "task": "' + "x" * 200 + '"}\n')
+    with pytest.raises(DemoError, match=rf"{path}:2: longer than 100 bytes"):
+        read_jsonl_demos(path, max_line_bytes=100)
+    assert len(read_jsonl_demos(path)) == 2
+    with path.open("w") as fh:
+        fh.write(good + "\n" + '{"messages": "' + "x" * MAX_JSONL_LINE_BYTES + '"}\n')
+    with pytest.raises(DemoError, match=rf":2: longer than {MAX_JSONL_LINE_BYTES} bytes"):
+        read_jsonl_demos(path)
+    path.write_bytes(good.encode() + b"\n\x80\x81\n")
+    with pytest.raises(DemoError, match=rf"{path}:2: not UTF-8 \(invalid start byte at byte 0"):
+        read_jsonl_demos(path)
+    rows = {
+        '{"messages":[{"role":"user","content":"\\ud800"},{"role":"assistant","content":"a"}]}':
+            r":1: message 0: not valid Unicode \(surrogates not allowed at character 0",
+        good[:-1] + ', "tools": [1, "x", null]}': ":1: tools entry 0 must be a JSON object",
+    }  # fmt: skip
+    for text, match in rows.items():
+        path.write_text(text + "\n")
+        with pytest.raises(DemoError, match=match):
+            read_jsonl_demos(path)
+
+
+def test_a_demonstration_set_without_reply_tokens_is_refused(cache, tmp_path) -> None:
+    """F3 of issue 37: demonstrations whose replies all lie past ``max_tokens`` (was a warm
+    start trained on nothing, loss 0.0000, exit 0) are refused before fine-tuning."""
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "a long question " * 20}, {"role": "assistant", "content": "a"},
+    ]}) + "\n")  # fmt: skip
+    cfg = load_config(None, [
+        "model=tiny", "tasks=lab2-easy", "warm_start.source=jsonl", f"warm_start.path={path}",
+        "warm_start.steps=1", "warm_start.batch_size=1", "warm_start.micro_batch_size=1",
+        "warm_start.measure_prompts=0", "warm_start.max_tokens=16",
+    ])  # fmt: skip
+    with pytest.raises(WarmStartError, match="no reply token within 16 tokens .*max_tokens"):
+        ensure_warm_start(cfg)
+    assert not list((cache / "warmstart").glob("[0-9a-f]*"))  # nothing cached
+
+
+def test_a_cut_demo_is_the_full_tokenisation_cut(tiny_tokenizer) -> None:
+    """Cutting while tokenising (the turns after the cut are not tokenised) gives the same ids
+    and mask as cutting the whole conversation's tokens."""
+    layout = ChatLayout(tiny_tokenizer)
+    turns = [{"role": "user", "content": "q"}]
+    for i in range(6):
+        turns += [{"role": "assistant", "content": f"reply {i} " * 3},
+                  {"role": "user", "content": f"obs {i}"}]  # fmt: skip
+    demo = Demo(task="t", messages=tuple(turns[:-1]))
+    full = tokenize_demo(layout, demo, 10**6)
+    assert not full.truncated
+    for cut in (5, len(full.ids) // 2, len(full.ids) - 1):
+        part = tokenize_demo(layout, demo, cut)
+        assert part.truncated and part.ids == full.ids[:cut]
+        assert part.loss_mask == full.loss_mask[:cut]
+    assert tokenize_demo(layout, demo, len(full.ids)) == full
+
+
 # ------------------------------------------------------------------------------ the loss
 
 

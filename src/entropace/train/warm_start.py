@@ -504,6 +504,12 @@ def _build(
     max_tokens = w.max_tokens or cfg.rollout.max_episode_tokens
     rows = [tokenize_demo(layout, d, max_tokens) for d in demos]
     reply_tokens = sum(sum(r.loss_mask) for r in rows)
+    if reply_tokens == 0:  # nothing to learn: the loss would be 0 at every step
+        raise WarmStartError(
+            f"warm start: the {len(rows)} demonstrations have no reply token within "
+            f"{max_tokens} tokens ({sum(r.truncated for r in rows)} cut before their first "
+            "reply); raise warm_start.max_tokens or shorten the prompts and tools"
+        )
     say(
         f"warm start: {len(rows)} demonstrations ({reply_tokens} reply tokens, "
         f"{sum(r.truncated for r in rows)} cut at {max_tokens} tokens); {w.steps} steps of "
