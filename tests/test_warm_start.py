@@ -534,6 +534,30 @@ def test_the_lab3_preset_loads_its_shipped_pinned_warm_start(cache) -> None:
         assert record["measured"][task]["greedy_success"] == 0.0
 
 
+def test_the_quick_preset_loads_its_shipped_pinned_adapter(cache) -> None:
+    """Item 7 of issue 37: the main job's warm start ships with the package as its LoRA
+    adapter (a few MB, not a copy of the model) under its recipe's key, pinned by the preset;
+    an empty cache finds it without building or writing anything."""
+    from entropace.train.warm_start import SHIPPED_DIR
+
+    cfg = load_config("quick")
+    key = warm_start_key(cfg)
+    shipped = SHIPPED_DIR / key
+    adapter = shipped / "adapter.safetensors"
+    assert adapter.is_file(), f"no shipped warm start for key {key}"
+    assert sorted(p.name for p in shipped.iterdir()) == ["adapter.safetensors", "warm_start.json"]
+    assert adapter.stat().st_size < 8 << 20
+    assert file_sha256(adapter) == cfg.warm_start.sha256
+    record = json.loads((shipped / "warm_start.json").read_text())
+    assert record["key"] == key and record["sha256"] == cfg.warm_start.sha256
+    assert record["base_model"] == "smollm2-135m" and record["weights"] == "adapter.safetensors"
+    losses = record["losses"]
+    assert len(losses) == 10 and losses[-1] < losses[0] / 5  # it learnt the demonstrations
+    found = ensure_warm_start(cfg)
+    assert found.path == shipped and not found.built
+    assert not (cache / "warmstart").exists()  # nothing written
+
+
 def test_runs_started_together_build_the_warm_start_once(cache, single_thread) -> None:
     """A grid's runs start together: one builds (under a file lock), the others wait and load."""
     from concurrent.futures import ThreadPoolExecutor
