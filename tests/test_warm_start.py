@@ -642,6 +642,23 @@ def test_lora_warm_start_is_an_adapter_of_the_upper_layers_merged_as_it_loads(
     assert len(losses) == 8 and losses[-1] < losses[0]
 
 
+def test_a_lora_warm_start_is_the_same_bytes_whatever_the_process_drew_before(
+    cache, single_thread
+) -> None:
+    """The adapter's initialisation comes from ``warm_start.seed``, not from the global RNG's
+    state (was: a LoRA warm start built by ``train`` after other draws differed from one built
+    by ``warmstart``, so a shipped adapter could not be rebuilt to its pin); the caller's RNG
+    state is left as it was."""
+    cfg = load_config(None, [*SHORT, *UPPER_LORA, "warm_start.steps=2"])
+    first = ensure_warm_start(cfg)
+    torch.manual_seed(1234)
+    torch.rand(1000)
+    state = torch.get_rng_state()
+    again = ensure_warm_start(cfg, rebuild=True)
+    assert again.built and again.sha256 == first.sha256
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_eval_of_a_lora_run_uses_its_warm_start(cache, tmp_path, single_thread) -> None:
     """``entropace eval`` of a LoRA run started from a warm start puts the checkpoint's adapter
     on the warm start, not on ``model.name``: its greedy replies are those of warm start +

@@ -485,12 +485,16 @@ def build_warm_start(
     t0 = time.perf_counter()
     # the adapter (warm_start.lora) has the model section's shape; only it is trained
     base = dataclasses.replace(cfg.model, lora=cfg.warm_start.lora)
-    model, tokenizer, _device = build_model(base)
-    threads = plan_threads(
-        cfg.threads, n_params=sum(p.numel() for p in model.parameters()), processes=1
-    )  # the run's own rule: one thread for a tiny model, the cores for a real one
-    with torch_threads(threads.learner):
-        return _build(cfg, model, tokenizer, target, say, t0)
+    # the adapter's initialisation drawn from the recipe's seed, whatever the process drew
+    # before (`train` and `warmstart` build the same bytes); the caller's RNG state is kept
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.warm_start.seed)
+        model, tokenizer, _device = build_model(base)
+        threads = plan_threads(
+            cfg.threads, n_params=sum(p.numel() for p in model.parameters()), processes=1
+        )  # the run's own rule: one thread for a tiny model, the cores for a real one
+        with torch_threads(threads.learner):
+            return _build(cfg, model, tokenizer, target, say, t0)
 
 
 def _build(
