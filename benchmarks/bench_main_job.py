@@ -9,9 +9,12 @@ wall time, CPU time (user + sys), peak RSS and the load average (sampled every 1
 run lasts: the machine's other jobs inflate wall time).
 
 With ``--fresh-cache`` the runs use a new ``ENTROPACE_CACHE`` (the converted model and the
-environments' data linked in from the usual cache), so the first run builds the warm start,
-as a user's first run does, and the later seeds load it (the warm start does not depend on
-the run seed). The build's own time is read from its ``warm_start.json``.
+environments' data linked in from the usual cache), so a warm start that is not shipped is
+built by the first run, as a user's first run does, and the later seeds load it (the warm
+start does not depend on the run seed). The build's own time is read from its
+``warm_start.json``. The quick preset's warm start is shipped with the package (issue 37), so
+no run builds it; ``benchmarks/bench_fresh_clone.py`` times the README's first command from a
+fresh clone.
 
 Usage::
 

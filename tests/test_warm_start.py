@@ -199,6 +199,75 @@ def test_jsonl_demos_are_read_and_malformed_lines_named(tmp_path: Path) -> None:
             read_jsonl_demos(path)
 
 
+def test_jsonl_lines_are_read_one_at_a_time_with_a_limit_and_decoding_errors_named(
+    tmp_path: Path,
+) -> None:
+    """F1/F2/F4 of issue 37: a line longer than the limit is refused naming it (before it is
+    parsed or tokenised; was 19.9 GB and 238 s for 100 MB), invalid UTF-8 and lone surrogates
+    name their line (were tracebacks), ``tools`` entries must be JSON objects (F3)."""
+    from entropace.train.demos import MAX_JSONL_LINE_BYTES
+
+    good = json.dumps(
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    )
+    path = tmp_path / "demos.jsonl"
+    path.write_text(good + "\n" + good[:-1] + ', "task": "' + "x" * 200 + '"}\n')
+    with pytest.raises(DemoError, match=rf"{path}:2: longer than 100 bytes"):
+        read_jsonl_demos(path, max_line_bytes=100)
+    assert len(read_jsonl_demos(path)) == 2
+    with path.open("w") as fh:
+        fh.write(good + "\n" + '{"messages": "' + "x" * MAX_JSONL_LINE_BYTES + '"}\n')
+    with pytest.raises(DemoError, match=rf":2: longer than {MAX_JSONL_LINE_BYTES} bytes"):
+        read_jsonl_demos(path)
+    path.write_bytes(good.encode() + b"\n\x80\x81\n")
+    with pytest.raises(DemoError, match=rf"{path}:2: not UTF-8 \(invalid start byte at byte 0"):
+        read_jsonl_demos(path)
+    rows = {
+        '{"messages":[{"role":"user","content":"\\ud800"},{"role":"assistant","content":"a"}]}':
+            r":1: message 0: not valid Unicode \(surrogates not allowed at character 0",
+        good[:-1] + ', "tools": [1, "x", null]}': ":1: tools entry 0 must be a JSON object",
+    }  # fmt: skip
+    for text, match in rows.items():
+        path.write_text(text + "\n")
+        with pytest.raises(DemoError, match=match):
+            read_jsonl_demos(path)
+
+
+def test_a_demonstration_set_without_reply_tokens_is_refused(cache, tmp_path) -> None:
+    """F3 of issue 37: demonstrations whose replies all lie past ``max_tokens`` (was a warm
+    start trained on nothing, loss 0.0000, exit 0) are refused before fine-tuning."""
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "a long question " * 20}, {"role": "assistant", "content": "a"},
+    ]}) + "\n")  # fmt: skip
+    cfg = load_config(None, [
+        "model=tiny", "tasks=lab2-easy", "warm_start.source=jsonl", f"warm_start.path={path}",
+        "warm_start.steps=1", "warm_start.batch_size=1", "warm_start.micro_batch_size=1",
+        "warm_start.measure_prompts=0", "warm_start.max_tokens=16",
+    ])  # fmt: skip
+    with pytest.raises(WarmStartError, match="no reply token within 16 tokens .*max_tokens"):
+        ensure_warm_start(cfg)
+    assert not list((cache / "warmstart").glob("[0-9a-f]*"))  # nothing cached
+
+
+def test_a_cut_demo_is_the_full_tokenisation_cut(tiny_tokenizer) -> None:
+    """Cutting while tokenising (the turns after the cut are not tokenised) gives the same ids
+    and mask as cutting the whole conversation's tokens."""
+    layout = ChatLayout(tiny_tokenizer)
+    turns = [{"role": "user", "content": "q"}]
+    for i in range(6):
+        turns += [{"role": "assistant", "content": f"reply {i} " * 3},
+                  {"role": "user", "content": f"obs {i}"}]  # fmt: skip
+    demo = Demo(task="t", messages=tuple(turns[:-1]))
+    full = tokenize_demo(layout, demo, 10**6)
+    assert not full.truncated
+    for cut in (5, len(full.ids) // 2, len(full.ids) - 1):
+        part = tokenize_demo(layout, demo, cut)
+        assert part.truncated and part.ids == full.ids[:cut]
+        assert part.loss_mask == full.loss_mask[:cut]
+    assert tokenize_demo(layout, demo, len(full.ids)) == full
+
+
 # ------------------------------------------------------------------------------ the loss
 
 
@@ -334,6 +403,77 @@ def test_build_is_bit_reproducible_cached_pinned_and_loads(cache, single_thread)
             assert torch.equal(value, saved[name])
 
 
+#: two short warm starts of the tiny model (different weights, different keys)
+SHORT = [*WARM, "warm_start.measure_prompts=0"]
+
+
+def test_cached_weights_are_checked_against_their_record_at_every_load(
+    cache, single_thread
+) -> None:
+    """F5/F7: weights swapped for another entry's, or truncated, are not used: the entry is
+    rebuilt (the same bytes again) or, when the config pins a hash, refused naming both."""
+    cfg = load_config(None, [*SHORT, "warm_start.steps=2"])
+    other = load_config(None, [*SHORT, "warm_start.steps=1"])
+    k, o = ensure_warm_start(cfg), ensure_warm_start(other)
+    assert k.sha256 != o.sha256
+    weights = k.path / "model.safetensors"
+    weights.write_bytes((o.path / "model.safetensors").read_bytes())  # swapped
+    pinned = load_config(None, [*SHORT, "warm_start.steps=2", f"warm_start.sha256={k.sha256}"])
+    with pytest.raises(WarmStartError, match=f"sha256 {o.sha256}.*pins"):
+        ensure_warm_start(pinned)
+    said: list[str] = []
+    again = ensure_warm_start(cfg, log=said.append)
+    assert again.built and again.sha256 == k.sha256 == file_sha256(weights)
+    assert any("its record says" in m for m in said)
+    with weights.open("r+b") as fh:  # truncated
+        fh.truncate(1000)
+    again = ensure_warm_start(cfg)
+    assert again.built and file_sha256(weights) == k.sha256
+
+
+def test_symlinked_and_corrupt_entries_are_refused_and_half_written_ones_rebuilt(
+    cache, single_thread
+) -> None:
+    """F5/F6: an entry that is (or holds) a symbolic link, or whose record is not JSON, is a
+    clear error naming it and what to do; one without its weights is rebuilt."""
+    cfg = load_config(None, [*SHORT, "warm_start.steps=2"])
+    k = ensure_warm_start(cfg)
+    o = ensure_warm_start(load_config(None, [*SHORT, "warm_start.steps=1"]))
+    record = k.path / "warm_start.json"
+    text = record.read_text()
+    record.write_text('{"trunc')
+    with pytest.raises(WarmStartError, match=r"warm_start.json is not valid JSON.*delete"):
+        ensure_warm_start(cfg)
+    record.write_text(text)
+    (k.path / "model.safetensors").unlink()
+    (k.path / "model.safetensors").symlink_to(o.path / "model.safetensors")
+    with pytest.raises(WarmStartError, match="symbolic link"):
+        ensure_warm_start(cfg)
+    import shutil
+
+    shutil.rmtree(k.path)
+    k.path.symlink_to(o.path)
+    with pytest.raises(WarmStartError, match="symbolic link"):
+        ensure_warm_start(cfg)
+    k.path.unlink()
+    k.path.mkdir()  # half-written: no weights, no record
+    again = ensure_warm_start(cfg)
+    assert again.built and again.sha256 == k.sha256
+
+
+def test_a_finished_entry_loads_without_the_build_lock(cache, single_thread) -> None:
+    """F8: loading a finished entry writes nothing (no lock file is created), so a read-only
+    cache serves it."""
+    cfg = load_config(None, [*SHORT, "warm_start.steps=2"])
+    built = ensure_warm_start(cfg)
+    lock = cache / "warmstart" / f".{built.key}.lock"
+    lock.unlink()
+    before = sorted(p.name for p in (cache / "warmstart").iterdir())
+    found = ensure_warm_start(cfg)
+    assert not found.built and found.sha256 == built.sha256
+    assert sorted(p.name for p in (cache / "warmstart").iterdir()) == before
+
+
 def test_training_starts_from_the_warm_start_and_evaluates_it_at_step_0(
     cache, tmp_path, single_thread
 ) -> None:
@@ -394,6 +534,30 @@ def test_the_lab3_preset_loads_its_shipped_pinned_warm_start(cache) -> None:
         assert record["measured"][task]["greedy_success"] == 0.0
 
 
+def test_the_quick_preset_loads_its_shipped_pinned_adapter(cache) -> None:
+    """Item 7 of issue 37: the main job's warm start ships with the package as its LoRA
+    adapter (a few MB, not a copy of the model) under its recipe's key, pinned by the preset;
+    an empty cache finds it without building or writing anything."""
+    from entropace.train.warm_start import SHIPPED_DIR
+
+    cfg = load_config("quick")
+    key = warm_start_key(cfg)
+    shipped = SHIPPED_DIR / key
+    adapter = shipped / "adapter.safetensors"
+    assert adapter.is_file(), f"no shipped warm start for key {key}"
+    assert sorted(p.name for p in shipped.iterdir()) == ["adapter.safetensors", "warm_start.json"]
+    assert adapter.stat().st_size < 8 << 20
+    assert file_sha256(adapter) == cfg.warm_start.sha256
+    record = json.loads((shipped / "warm_start.json").read_text())
+    assert record["key"] == key and record["sha256"] == cfg.warm_start.sha256
+    assert record["base_model"] == "smollm2-135m" and record["weights"] == "adapter.safetensors"
+    losses = record["losses"]
+    assert len(losses) == 10 and losses[-1] < losses[0] / 5  # it learnt the demonstrations
+    found = ensure_warm_start(cfg)
+    assert found.path == shipped and not found.built
+    assert not (cache / "warmstart").exists()  # nothing written
+
+
 def test_runs_started_together_build_the_warm_start_once(cache, single_thread) -> None:
     """A grid's runs start together: one builds (under a file lock), the others wait and load."""
     from concurrent.futures import ThreadPoolExecutor
@@ -441,30 +605,58 @@ def test_full_fine_tuning_keys_are_those_from_before_the_lora_option() -> None:
     assert warm_start_key(load_config(None, [*WARM, *UPPER_LORA, "model.lora_r=8"])) != lora
 
 
-def test_lora_warm_start_merges_an_adapter_of_the_upper_layers(cache, single_thread) -> None:
-    """``warm_start.lora``: the saved model is a plain model (no adapter tensors) equal to the
-    base everywhere but in the adapted projections of layer 1, which moved; its loss on the
-    demonstrations fell as the record says."""
+def test_lora_warm_start_is_an_adapter_of_the_upper_layers_merged_as_it_loads(
+    cache, single_thread
+) -> None:
+    """``warm_start.lora``: the entry holds the adapter alone (the LoRA tensors of layer 1, no
+    copy of the model); ``model.name`` = the entry loads a plain model (no adapter modules) equal
+    to the base everywhere but in the adapted projections of layer 1, which are
+    ``W + (alpha / r) B A`` of the saved tensors; its loss on the demonstrations fell."""
     from safetensors.torch import load_file
 
     from entropace.models.tiny import build_tiny_model
+    from entropace.train.config import ModelConfig
+    from entropace.train.policy import build_model
 
     cfg = load_config(None, [*WARM, *UPPER_LORA, "warm_start.steps=8", "warm_start.lr=3e-2"])
     warm = ensure_warm_start(cfg)
-    saved = load_file(str(warm.path / "model.safetensors"))
+    assert sorted(p.name for p in warm.path.iterdir()) == ["adapter.safetensors", "warm_start.json"]
+    assert warm.sha256 == file_sha256(warm.path / "adapter.safetensors")
+    adapter = load_file(str(warm.path / "adapter.safetensors"))
+    assert len(adapter) == 14 and all(".layers.1." in k and ".lora_" in k for k in adapter)
+    model, _, _ = build_model(ModelConfig(name=str(warm.path), device="cpu"))
+    merged = model.state_dict()
     base = build_tiny_model(seed=0)[0].state_dict()
-    assert not [k for k in saved if "lora" in k]
+    assert set(merged) == set(base)  # a plain model
     adapted = {k for k in base if ".layers.1." in k and k.endswith("_proj.weight")}
     assert len(adapted) == 7
     for name, value in base.items():
-        if name not in saved:
-            continue  # the tied output embedding is saved once
         if name in adapted:
-            assert not torch.equal(saved[name], value), name
+            stem = "base_model.model." + name.removesuffix(".weight")
+            delta = adapter[f"{stem}.lora_B.default.weight"] @ adapter[f"{stem}.lora_A.default.weight"]
+            torch.testing.assert_close(merged[name], value + 2.0 * delta)  # alpha / r = 8 / 4
+            assert not torch.equal(merged[name], value), name
         else:
-            assert torch.equal(saved[name], value), name
+            assert torch.equal(merged[name], value), name
     losses = warm.record["losses"]
     assert len(losses) == 8 and losses[-1] < losses[0]
+
+
+def test_a_lora_warm_start_is_the_same_bytes_whatever_the_process_drew_before(
+    cache, single_thread
+) -> None:
+    """The adapter's initialisation comes from ``warm_start.seed``, not from the global RNG's
+    state (was: a LoRA warm start built by ``train`` after other draws differed from one built
+    by ``warmstart``, so a shipped adapter could not be rebuilt to its pin); the caller's RNG
+    state is left as it was."""
+    cfg = load_config(None, [*SHORT, *UPPER_LORA, "warm_start.steps=2"])
+    first = ensure_warm_start(cfg)
+    torch.manual_seed(1234)
+    torch.rand(1000)
+    state = torch.get_rng_state()
+    again = ensure_warm_start(cfg, rebuild=True)
+    assert again.built and again.sha256 == first.sha256
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 def test_eval_of_a_lora_run_uses_its_warm_start(cache, tmp_path, single_thread) -> None:
@@ -472,7 +664,7 @@ def test_eval_of_a_lora_run_uses_its_warm_start(cache, tmp_path, single_thread) 
     on the warm start, not on ``model.name``: its greedy replies are those of warm start +
     adapter, and differ from those of the untuned base + adapter."""
     from entropace.envs import seeds
-    from entropace.models import apply_lora, load_model
+    from entropace.models import apply_lora
     from entropace.models.tiny import build_tiny_model
     from entropace.train.checkpoint import latest_checkpoint, load_checkpoint
     from entropace.train.evaluation import evaluate
@@ -494,7 +686,10 @@ def test_eval_of_a_lora_run_uses_its_warm_start(cache, tmp_path, single_thread) 
                                      [int(s) for s in seeds("test", 4)])  # fmt: skip
         return [e["actions"] for e in episodes]
 
-    warm_model, warm_tokenizer = load_model(str(warm.path))
+    from entropace.train.config import ModelConfig
+    from entropace.train.policy import build_model
+
+    warm_model, warm_tokenizer, _ = build_model(ModelConfig(name=str(warm.path), device="cpu"))
     on_warm = replies(apply_lora(warm_model, lora), warm_tokenizer)
     base, tokenizer = build_tiny_model(seed=0)
     on_base = replies(apply_lora(base, lora), tokenizer)

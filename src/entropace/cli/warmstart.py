@@ -15,12 +15,16 @@ EPILOG = """\
 examples:
   entropace warmstart --preset lab3                    # the lab's warm start (shipped: loads at once)
   entropace warmstart --preset lab3 --rebuild          # build it anew here; checks the pinned sha256
+  entropace warmstart --preset quick                   # quick's adapter (shipped: loads at once)
   entropace warmstart --preset quick --out models/quick-warm   # a copy that model.name loads
   entropace warmstart --preset lab2 warm_start.source=prior warm_start.steps=100
   entropace warmstart --preset quick warm_start.source=jsonl warm_start.path=demos.jsonl
 
 `entropace train` builds (or loads) the same warm start itself when the config has one; this
-command builds it ahead, measures it, and copies it out. Overrides are key.sub=value.
+command builds it ahead, measures it, and copies it out. A LoRA warm start (warm_start.lora)
+is stored as its adapter alone (adapter.safetensors, a few MB), merged into the base model
+named in its warm_start.json when it loads. Every load checks the weights against the sha256
+in warm_start.json (and warm_start.sha256 when set). Overrides are key.sub=value.
 """
 
 
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     record = warm.record
     print(f"warm start {warm.key}: {warm.path}")
-    print(f"sha256 (model.safetensors): {warm.sha256}")
+    print(f"sha256 ({warm.weights_file}): {warm.sha256}")
     if cfg.warm_start.sha256 is not None:
         print("matches the config's pin (warm_start.sha256)")
     print(

@@ -30,7 +30,25 @@ LORA_DEFAULTS: dict[str, Any] = {
     "alpha": 32,
     "dropout": 0.0,
     "target_modules": "all-linear",
+    "layers": 1.0,
 }
+
+
+class LoraTargetError(ValueError):
+    """LoRA options that select no module of the model (the message names the model's layers)."""
+
+
+def decoder_layers(model: Any) -> int:
+    """The number of decoder layers of ``model`` (its config's ``num_hidden_layers``)."""
+    return int(getattr(model.config, "num_hidden_layers", 0) or 0)
+
+
+def upper_layers(n_layers: int, fraction: float) -> list[int]:
+    """The indices of the top ``fraction`` of ``n_layers`` decoder layers: the last
+    ``max(1, round(fraction * n_layers))`` of them (``1/3`` of 30: layers 20-29; of 2: layer 1).
+    """
+    k = min(n_layers, max(1, round(fraction * n_layers)))
+    return list(range(n_layers - k, n_layers))
 
 
 def _smollm2_dir() -> Path:
@@ -105,8 +123,11 @@ def apply_lora(model: Any, lora: dict[str, Any]) -> Any:
     """Wrap ``model`` in peft LoRA adapters.
 
     ``lora`` keys: ``r`` (rank), ``alpha`` (scaling numerator, ``lora_alpha``), ``dropout``,
-    ``target_modules`` (list of module names or ``"all-linear"``); defaults in
+    ``target_modules`` (list of module names, a regex over full module names, or
+    ``"all-linear"``), ``layers`` (the top fraction of the decoder layers that get adapters,
+    :func:`upper_layers`; 1.0: all; below 1 needs a list of module names); defaults in
     :data:`LORA_DEFAULTS`. Only the adapter weights are trainable afterwards.
+    :class:`LoraTargetError` when the options select no module of ``model``.
     """
     unknown = sorted(set(lora) - set(LORA_DEFAULTS))
     if unknown:
@@ -118,14 +139,45 @@ def apply_lora(model: Any, lora: dict[str, Any]) -> Any:
     opts = {**LORA_DEFAULTS, **lora}
     if int(opts["r"]) < 1:
         raise ValueError(f"LoRA rank r must be >= 1, got {opts['r']}")
+    n_layers = decoder_layers(model)
+    targets = opts["target_modules"]
+    layers: dict[str, Any] = {}
+    if float(opts["layers"]) < 1.0:
+        if isinstance(targets, str):
+            raise LoraTargetError(
+                f"LoRA layers={opts['layers']} needs target modules as a list of module names "
+                f"(e.g. [q_proj, v_proj]), not {targets!r}"
+            )
+        if n_layers < 1:
+            raise LoraTargetError(
+                f"LoRA layers={opts['layers']}: {type(model).__name__} has no "
+                "config.num_hidden_layers to count its decoder layers from"
+            )
+        layers = {"layers_to_transform": upper_layers(n_layers, float(opts["layers"]))}
     config = LoraConfig(
         r=int(opts["r"]),
         lora_alpha=float(opts["alpha"]),
         lora_dropout=float(opts["dropout"]),
-        target_modules=opts["target_modules"],
+        target_modules=targets,
         task_type="CAUSAL_LM",
+        **layers,
     )
-    return get_peft_model(model, config)
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        if "not found in the base model" not in str(exc) and "No modules were targeted" not in str(
+            exc
+        ):
+            raise
+        linear = sorted({
+            name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and "lm_head" not in name
+        })  # fmt: skip
+        where = f"layers {layers['layers_to_transform']}" if layers else "any layer"
+        raise LoraTargetError(
+            f"LoRA target modules {targets!r} match no module of {type(model).__name__} "
+            f"({n_layers} decoder layers; its linear modules: {', '.join(linear)}) in {where}"
+        ) from None
 
 
 def load_model(

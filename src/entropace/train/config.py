@@ -84,8 +84,13 @@ class ModelConfig:
         device: ``auto`` picks ``cuda`` when available, else ``cpu``.
         lora: train a LoRA adapter (needs ``pip install 'entropace[lora]'``) instead of all
             weights; the checkpoint then holds the adapter only.
-        lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (module names, or
+        lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (a list of module
+            names such as ``[q_proj, v_proj]``, a regex over full module names, or
             ``all-linear``).
+        lora_layers: the top fraction of the decoder layers that get adapters: the last
+            ``max(1, round(lora_layers * n))`` of the model's ``n`` layers (``0.333``: the upper
+            third, SmolLM2's layers 20-29 of 30, the tiny model's layer 1 of 2); 1.0: every
+            layer. Below 1 it needs ``lora_target_modules`` as a list of module names.
         gradient_checkpointing: trade compute for activation memory in the update.
     """
 
@@ -97,6 +102,7 @@ class ModelConfig:
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_target_modules: str | list[str] = "all-linear"
+    lora_layers: float = 1.0
     gradient_checkpointing: bool = False
 
 
@@ -451,6 +457,7 @@ register_ranges(ModelConfig, {
     "lora_r": Range(1, 4096),
     "lora_alpha": Range(1, 2**20),
     "lora_dropout": Range(0, 1, hi_open=True),
+    "lora_layers": Range(0, 1, lo_open=True),
 })  # fmt: skip
 register_ranges(TasksConfig, {
     "mix": Range(0, MAX_PROMPTS),
@@ -558,6 +565,12 @@ def validate(cfg: TrainConfig, *, check_envs: bool = True) -> TrainConfig:
     _warn_autocast(cfg)
     validate_log(cfg.log)
     validate_warm_start(cfg, check_envs=check_envs)
+    m = cfg.model
+    if m.lora_layers < 1 and isinstance(m.lora_target_modules, str):
+        raise ConfigError(
+            f"model.lora_layers={m.lora_layers} needs model.lora_target_modules as a list of "
+            f"module names (e.g. [q_proj, k_proj, v_proj, o_proj]), not {m.lora_target_modules!r}"
+        )
     if not DEVICE_PATTERN.fullmatch(cfg.model.device):
         raise ConfigError(
             f"model.device: {cfg.model.device!r} is not a device; allowed: auto, cpu, cuda, "

@@ -24,9 +24,10 @@ token layout it acts in during RL.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ __all__ = [
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 #: Most bytes of a demonstrations file (a larger one is refused, not read into memory).
 MAX_JSONL_BYTES = 1 << 30
+#: Most bytes of one line of a demonstrations file (4 MiB: about a million tokens, far more than
+#: any ``max_tokens``); a longer line is refused before it is parsed or tokenised.
+MAX_JSONL_LINE_BYTES = 4 << 20
 
 
 class DemoError(ValueError):
@@ -85,6 +89,7 @@ def check_messages(messages: Sequence[Any], where: str) -> None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("content"), str):
             raise DemoError(f"{where}: message {i} must be an object with a string 'content'")
+        _check_text(m["content"], f"{where}: message {i}")
         if m.get("role") not in ROLES:
             raise DemoError(f"{where}: message {i} has role {m.get('role')!r}; allowed {ROLES}")
     body = list(messages[1:] if messages[0]["role"] == "system" else messages)
@@ -99,6 +104,18 @@ def check_messages(messages: Sequence[Any], where: str) -> None:
             )
     if len(body) < 2:
         raise DemoError(f"{where}: no 'assistant' reply to learn from")
+
+
+def _check_text(text: str, where: str) -> None:
+    """:class:`DemoError` when ``text`` cannot be encoded as UTF-8 (a lone surrogate such as a
+    JSON ``"\\ud800"`` escape), which no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DemoError(
+            f"{where}: not valid Unicode ({exc.reason} at character {exc.start}: "
+            f"{text[exc.start:exc.end]!a})"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,40 +218,73 @@ def prior_policy(
     return build
 
 
-def read_jsonl_demos(path: str | Path, max_bytes: int = MAX_JSONL_BYTES) -> list[Demo]:
+def _jsonl_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line of ``path``, read one line at a time: a line of
+    more than ``max_line_bytes`` bytes, or one that is not UTF-8, is a :class:`DemoError`
+    naming it (the rest of the line is never read into memory)."""
+    with path.open("rb") as fh:
+        for lineno in itertools.count(1):
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            if len(raw) > max_line_bytes:
+                raise DemoError(
+                    f"{path}:{lineno}: longer than {max_line_bytes} bytes, the most a "
+                    "demonstration line may hold (cut the conversation, or split it)"
+                )
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DemoError(
+                    f"{path}:{lineno}: not UTF-8 ({exc.reason} at byte {exc.start} of the line)"
+                ) from None
+
+
+def read_jsonl_demos(
+    path: str | Path,
+    max_bytes: int = MAX_JSONL_BYTES,
+    max_line_bytes: int = MAX_JSONL_LINE_BYTES,
+) -> list[Demo]:
     """The demos of a JSONL file (module docstring); :class:`DemoError` naming the line of any
-    malformed one. The file must be a regular file of at most ``max_bytes``."""
+    malformed one (not JSON, not UTF-8, a lone surrogate, longer than ``max_line_bytes``, a
+    ``tools`` entry that is not a JSON object). The file must be a regular file of at most
+    ``max_bytes``."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise DemoError(f"demonstrations file {str(path)!r} does not exist or is not a file")
     if path.stat().st_size > max_bytes:
         raise DemoError(f"{path}: larger than {max_bytes} bytes")
     demos: list[Demo] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise DemoError(f"{where}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict) or "messages" not in row:
-                raise DemoError(f"{where}: expected an object with 'messages'")
-            unknown = sorted(set(row) - {"messages", "tools", "task"})
-            if unknown:
+    for lineno, line in _jsonl_lines(path, max_line_bytes):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise DemoError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or "messages" not in row:
+            raise DemoError(f"{where}: expected an object with 'messages'")
+        unknown = sorted(set(row) - {"messages", "tools", "task"})
+        if unknown:
+            raise DemoError(f"{where}: unknown field(s) {unknown}; allowed messages, tools, task")
+        tools = row.get("tools")
+        if tools is not None and not (isinstance(tools, list) and tools):
+            raise DemoError(f"{where}: 'tools' must be a non-empty list of schemas")
+        for i, schema in enumerate(tools or []):
+            if not isinstance(schema, dict):
                 raise DemoError(
-                    f"{where}: unknown field(s) {unknown}; allowed messages, tools, task"
+                    f"{where}: tools entry {i} must be a JSON object (a tool's schema), "
+                    f"got {type(schema).__name__}"
                 )
-            tools = row.get("tools")
-            if tools is not None and not (isinstance(tools, list) and tools):
-                raise DemoError(f"{where}: 'tools' must be a non-empty list of schemas")
-            task = row.get("task", "")
-            if not isinstance(task, str):
-                raise DemoError(f"{where}: 'task' must be a string")
-            check_messages(row["messages"], where)
-            messages = tuple({"role": m["role"], "content": m["content"]} for m in row["messages"])
-            demos.append(Demo(task=task, messages=messages, tools=tools))
+            _check_text(json.dumps(schema, ensure_ascii=False), f"{where}: tools entry {i}")
+        task = row.get("task", "")
+        if not isinstance(task, str):
+            raise DemoError(f"{where}: 'task' must be a string")
+        _check_text(task, f"{where}: 'task'")
+        check_messages(row["messages"], where)
+        messages = tuple({"role": m["role"], "content": m["content"]} for m in row["messages"])
+        demos.append(Demo(task=task, messages=messages, tools=tools))
     if not demos:
         raise DemoError(f"{path}: no demonstrations")
     return demos
@@ -282,7 +332,8 @@ def tokenize_demo(layout: ChatLayout, demo: Demo, max_tokens: int) -> TokenizedD
         encode(reply_2) + [end of turn]                mask 1
         ...
 
-    A demo longer than ``max_tokens`` is cut there (``truncated``).
+    A demo longer than ``max_tokens`` is cut there (``truncated``); the turns after the cut
+    are not tokenised.
     """
     messages = list(demo.messages)
     if messages[0]["role"] != "system":
@@ -293,6 +344,8 @@ def tokenize_demo(layout: ChatLayout, demo: Demo, max_tokens: int) -> TokenizedD
     mask = [0] * len(ids)
     conversation: list[Message] = messages[:2]
     for message in messages[2:]:
+        if len(ids) > max_tokens:  # cut here: the later turns are not tokenised
+            break
         if message["role"] == "assistant":
             part = [*layout.encode(message["content"]), stop]
             flag = 1

@@ -11,7 +11,7 @@ import torch
 
 from entropace.train.schema import ConfigError
 
-__all__ = ["MODEL_LOADERS", "build_model", "resolve_device"]
+__all__ = ["MODEL_LOADERS", "build_model", "lora_options", "resolve_device"]
 
 
 def resolve_device(name: str) -> str:
@@ -32,7 +32,9 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def _lora_options(cfg: Any) -> dict[str, Any] | None:
+def lora_options(cfg: Any) -> dict[str, Any] | None:
+    """The LoRA options of the model section ``cfg`` (:func:`entropace.models.apply_lora`), or
+    None without ``cfg.lora``."""
     if not cfg.lora:
         return None
     return {
@@ -40,6 +42,7 @@ def _lora_options(cfg: Any) -> dict[str, Any] | None:
         "alpha": cfg.lora_alpha,
         "dropout": cfg.lora_dropout,
         "target_modules": cfg.lora_target_modules,
+        "layers": cfg.lora_layers,
     }
 
 
@@ -48,7 +51,7 @@ def _load_tiny(cfg: Any, device: str) -> tuple[Any, Any]:
     from entropace.models.tiny import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
-    lora = _lora_options(cfg)
+    lora = lora_options(cfg)
     if lora is not None:
         model = apply_lora(model, lora)
     return model.to(device), tokenizer
@@ -57,7 +60,7 @@ def _load_tiny(cfg: Any, device: str) -> tuple[Any, Any]:
 def _load_hf(cfg: Any, device: str) -> tuple[Any, Any]:
     from entropace.models import load_model
 
-    return load_model(cfg.name, dtype=cfg.dtype, device=device, lora=_lora_options(cfg))
+    return load_model(cfg.name, dtype=cfg.dtype, device=device, lora=lora_options(cfg))
 
 
 #: ``model.name`` values with their own loader; any other name goes to
@@ -68,8 +71,21 @@ MODEL_LOADERS: dict[str, Callable[[Any, str], tuple[Any, Any]]] = {"tiny": _load
 
 def build_model(cfg: Any) -> tuple[Any, Any, str]:
     """``(model, tokenizer, device)`` for the model section of the config."""
+    from entropace.models.loading import LoraTargetError
+    from entropace.train.warm_store import is_adapter_entry, load_adapter_entry
+
+    if is_adapter_entry(cfg.name):  # a LoRA warm start: its base with the adapter merged
+        return load_adapter_entry(cfg, build_model)
     device = resolve_device(cfg.device)
-    model, tokenizer = MODEL_LOADERS.get(cfg.name, _load_hf)(cfg, device)
+    try:
+        model, tokenizer = MODEL_LOADERS.get(cfg.name, _load_hf)(cfg, device)
+    except LoraTargetError as exc:
+        raise ConfigError(
+            f"model.lora_target_modules / model.lora_layers of {cfg.name}: {exc}; set "
+            "model.lora_target_modules to module names of this model (e.g. [q_proj, k_proj, "
+            "v_proj, o_proj]) with model.lora_layers the top fraction of its layers to adapt "
+            "(e.g. 0.333), or model.lora_target_modules=all-linear"
+        ) from None
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model, tokenizer, device

@@ -15,13 +15,15 @@ the run starts from the result::
 AdamW, linear warmup then constant LR, gradient-norm clipping; batches of ``batch_size`` demos
 drawn without replacement, a new permutation per pass, from a generator seeded by ``seed``).
 
-The result is a ``save_pretrained`` directory (model and tokenizer) that ``model.name`` loads,
+The result is a directory that ``model.name`` loads (a ``save_pretrained`` model and tokenizer,
+or with ``warm_start.lora`` the adapter alone, merged into the base model as it loads),
 stored in the cache under a key derived from everything that determines it
 (:func:`warm_start_key`: the base model, this section, the tasks' environment settings, the
 demonstrations file's hash, :data:`RECIPE_VERSION`), with ``warm_start.json`` beside it (the
 recipe, the loss curve, measurements of the result, the weights' sha256). A second run with the
-same recipe loads it in seconds. A build is written to a temporary directory and renamed, so an
-interrupted build leaves nothing behind. Shipped warm starts (the lab's,
+same recipe loads it in seconds, after checking the weights against that sha256
+(:mod:`entropace.train.warm_store`). A build is written to a temporary directory and renamed,
+so an interrupted build leaves nothing behind. Shipped warm starts (the lab's,
 :data:`SHIPPED_DIR`) are found by the same key before the cache; ``sha256`` pins the weights
 (the run refuses any other), so an experiment names exactly the model it ran.
 
@@ -30,18 +32,14 @@ interrupted build leaves nothing behind. Shipped warm starts (the lab's,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -58,8 +56,20 @@ from entropace.train.demos import (
     read_jsonl_demos,
     tokenize_demo,
 )
+from entropace.train.policy import lora_options
 from entropace.train.schema import ConfigError, Range, register_ranges
 from entropace.train.sft import fine_tune
+from entropace.train.warm_store import (
+    ADAPTER_FILE,
+    WEIGHTS_FILE,
+    WarmStart,
+    WarmStartError,
+    adapter_tensors,
+    build_lock,
+    file_sha256,
+    read_entry,
+    write_entry,
+)
 
 __all__ = [
     "RECIPE_VERSION",
@@ -74,6 +84,7 @@ __all__ = [
     "measure_policy",
     "validate_warm_start",
     "warm_start_key",
+    "weights_file",
     "warm_started",
 ]
 
@@ -83,14 +94,6 @@ logger = logging.getLogger(__name__)
 RECIPE_VERSION = 1
 #: Warm starts shipped with the package, ``<key>/`` directories found before the cache.
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models" / "warm"
-#: The file whose sha256 names a warm start's weights.
-WEIGHTS_FILE = "model.safetensors"
-#: The record written beside the weights.
-RECORD_FILE = "warm_start.json"
-
-
-class WarmStartError(RuntimeError):
-    """A warm start that cannot be built or does not match its pin."""
 
 
 @dataclass
@@ -110,11 +113,13 @@ class WarmStartConfig:
         prior: per-task options of each task's demonstration prior (``source: prior``), e.g.
             ``{lab2-easy: {correct: [0.6, 0.2], favourite: [0.2, 0.6]}}``.
         lora: fine-tune a LoRA adapter (the model section's ``lora_r``, ``lora_alpha``,
-            ``lora_dropout``, ``lora_target_modules``; needs ``entropace[lora]``) instead of
-            all weights, and merge it into the weights before saving (the result is a plain
-            model either way). An adapter on the upper layers only (a ``lora_target_modules``
-            pattern) leaves the lower layers without a backward pass: the cheap warm start
-            of the CPU preset ``quick``.
+            ``lora_dropout``, ``lora_target_modules``, ``lora_layers``; needs
+            ``entropace[lora]``) instead of all weights. The entry holds the adapter only (a
+            few MB, not a copy of the model); loading merges it into ``model.name``'s weights
+            (:func:`entropace.train.warm_store.load_adapter_entry`), so the run starts from a
+            plain model either way. An adapter on the upper layers only (``lora_layers``)
+            leaves the lower layers without a backward pass: the cheap warm start of the CPU
+            preset ``quick`` (shipped with the package).
         share_prefix: run each task's common prefix (its system prompt) once per micro-batch
             and the LM head on the replies only (:func:`entropace.train.sft.fine_tune`):
             several times faster on long prompts, equal up to float round-off but not bit for
@@ -130,8 +135,8 @@ class WarmStartConfig:
         measure_prompts: train-split prompts per task on which the result is measured (seeds
             after the demonstrations'); 0: no measurement.
         measure_samples: samples per measured prompt (at the rollout's temperature).
-        sha256: the sha256 of the result's ``model.safetensors``; a result with another hash
-            is refused (pins an experiment's model). None: any.
+        sha256: the sha256 of the result's weights file (``model.safetensors``, or
+            ``adapter.safetensors`` with ``lora``); a result with another hash is refused (pins an experiment's model). None: any.
     """
 
     source: Literal["none", "oracle", "prior", "jsonl"] = "none"
@@ -351,15 +356,6 @@ def measure_policy(model: Any, tokenizer: Any, cfg: Any) -> dict[str, dict[str, 
 # --------------------------------------------------------------------------------------------
 
 
-def file_sha256(path: str | Path) -> str:
-    """The sha256 of a file's bytes (hex)."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def warm_start_key(cfg: Any) -> str:
     """A key (24 hex digits) of everything that determines a warm start's result: the base
     model (``model.name``, dtype; the adapter's shape with ``warm_start.lora``), the
@@ -376,11 +372,15 @@ def warm_start_key(cfg: Any) -> str:
     w.pop("measure_prompts")  # measuring does not change the weights
     w.pop("measure_samples")
     m = cfg.model
-    lora = (
-        {"lora": [m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules]}
+    lora = (  # a LoRA warm start's entry is its adapter ("format"), loaded on its base
+        {
+            "lora": [m.lora_r, m.lora_alpha, m.lora_dropout, m.lora_target_modules,
+                     m.lora_layers],
+            "format": "adapter",
+        }
         if cfg.warm_start.lora
         else {}
-    )
+    )  # fmt: skip
     t = cfg.tasks
     tasks = [] if w["source"] == "jsonl" else warm_start_tasks(cfg)
     recipe = {
@@ -404,73 +404,59 @@ def warm_start_key(cfg: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-@dataclass(frozen=True)
-class WarmStart:
-    """A warm start's directory (``model.name`` loads it), weights hash and record."""
-
-    path: Path
-    key: str
-    sha256: str
-    built: bool
-    record: dict[str, Any]
+def _say(log: Callable[[str], None] | None) -> Callable[[str], None]:
+    return log or (lambda m: logger.info("%s", m))
 
 
-def _found(path: Path, w: WarmStartConfig, key: str) -> WarmStart | None:
-    weights = path / WEIGHTS_FILE
-    if not (weights.is_file() and (path / RECORD_FILE).is_file()):
-        return None
-    digest = file_sha256(weights)
-    record = json.loads((path / RECORD_FILE).read_text())
-    if w.sha256 is not None and digest != w.sha256:
-        raise WarmStartError(
-            f"warm start {path}: model.safetensors has sha256 {digest}, the config pins "
-            f"warm_start.sha256={w.sha256}; delete the directory to rebuild, or fix the pin"
-        )
-    return WarmStart(path=path, key=key, sha256=digest, built=False, record=record)
+def weights_file(w: WarmStartConfig) -> str:
+    """The file whose sha256 names the weights of a warm start of ``w``: the adapter
+    (``warm_start.lora``) or the full model (:mod:`entropace.train.warm_store`)."""
+    return ADAPTER_FILE if w.lora else WEIGHTS_FILE
 
 
 def ensure_warm_start(
     cfg: Any, *, log: Callable[[str], None] | None = None, rebuild: bool = False
 ) -> WarmStart:
     """The warm start of ``cfg``: shipped (:data:`SHIPPED_DIR`), cached, or built now into the
-    cache (``cache_dir("warmstart", key)``); ``rebuild`` builds anew whatever exists. The
-    result's weights must match ``warm_start.sha256`` when it is set (:class:`WarmStartError`).
+    cache (``cache_dir("warmstart", key)``); ``rebuild`` builds anew whatever exists. Every
+    entry is checked as it loads (:func:`entropace.train.warm_store.read_entry`: its weights
+    against its record's sha256, and ``warm_start.sha256`` when set: :class:`WarmStartError`);
+    a finished cache entry loads without the build lock (a read-only cache works).
     """
     w: WarmStartConfig = cfg.warm_start
     if not w.enabled:
         raise ValueError("warm_start.source is none: nothing to build")
-    say = log or (lambda m: logger.info("%s", m))
+    say = _say(log)
     key = warm_start_key(cfg)
-    shipped = _found(SHIPPED_DIR / key, w, key)
-    if shipped is not None and not rebuild:
-        say(f"warm start {key}: {shipped.path} (shipped; sha256 {shipped.sha256[:12]}...)")
-        return shipped
-    target = cache_dir("warmstart") / key
-    # one build per key at a time: processes started together (a grid's runs) wait for the
-    # first one's build and then load it
-    with _build_lock(target.with_name(f".{key}.lock")):
-        found = None if rebuild else _found(target, w, key)
-        if found is not None:
-            say(f"warm start {key}: {target} (sha256 {found.sha256[:12]}...)")
-            return found
-        say(f"warm start {key}: building from {w.source} demonstrations into {target}")
-        record = build_warm_start(cfg, target, log=say)
-        found = _found(target, w, key)
-    assert found is not None, record
-    return dataclasses.replace(found, built=True)
-
-
-@contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the block (released when the process dies)."""
-    import fcntl
-
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    weights = weights_file(w)
+    if not rebuild:
+        shipped_dir = SHIPPED_DIR / key
+        if shipped_dir.exists():
+            shipped = read_entry(shipped_dir, key, weights, w.sha256, say)
+            if shipped is None:
+                raise WarmStartError(
+                    f"warm start {shipped_dir}: the copy shipped with entropace is damaged; "
+                    "reinstall entropace, or build it with `entropace warmstart --rebuild`"
+                )
+            say(f"warm start {key}: {shipped.path} (shipped; sha256 {shipped.sha256[:12]}...)")
+            return shipped
+    root = cache_dir("warmstart")
+    target = root / key
+    found = None if rebuild else read_entry(target, key, weights, w.sha256, say)
+    if found is None:
+        # one build per key at a time: processes started together (a grid's runs) wait for the
+        # first one's build and then load it
+        with build_lock(root / f".{key}.lock"):
+            found = None if rebuild else read_entry(target, key, weights, w.sha256, lambda m: None)
+            if found is None:
+                say(f"warm start {key}: building from {w.source} demonstrations into {target}")
+                build_warm_start(cfg, target, log=say)
+                found = read_entry(target, key, weights, w.sha256, say)
+                if found is None:
+                    raise WarmStartError(f"warm start {target}: not readable after its build")
+                return dataclasses.replace(found, built=True)
+    say(f"warm start {key}: {target} (sha256 {found.sha256[:12]}...)")
+    return found
 
 
 def warm_started(
@@ -499,12 +485,16 @@ def build_warm_start(
     t0 = time.perf_counter()
     # the adapter (warm_start.lora) has the model section's shape; only it is trained
     base = dataclasses.replace(cfg.model, lora=cfg.warm_start.lora)
-    model, tokenizer, _device = build_model(base)
-    threads = plan_threads(
-        cfg.threads, n_params=sum(p.numel() for p in model.parameters()), processes=1
-    )  # the run's own rule: one thread for a tiny model, the cores for a real one
-    with torch_threads(threads.learner):
-        return _build(cfg, model, tokenizer, target, say, t0)
+    # the adapter's initialisation drawn from the recipe's seed, whatever the process drew
+    # before (`train` and `warmstart` build the same bytes); the caller's RNG state is kept
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.warm_start.seed)
+        model, tokenizer, _device = build_model(base)
+        threads = plan_threads(
+            cfg.threads, n_params=sum(p.numel() for p in model.parameters()), processes=1
+        )  # the run's own rule: one thread for a tiny model, the cores for a real one
+        with torch_threads(threads.learner):
+            return _build(cfg, model, tokenizer, target, say, t0)
 
 
 def _build(
@@ -518,6 +508,12 @@ def _build(
     max_tokens = w.max_tokens or cfg.rollout.max_episode_tokens
     rows = [tokenize_demo(layout, d, max_tokens) for d in demos]
     reply_tokens = sum(sum(r.loss_mask) for r in rows)
+    if reply_tokens == 0:  # nothing to learn: the loss would be 0 at every step
+        raise WarmStartError(
+            f"warm start: the {len(rows)} demonstrations have no reply token within "
+            f"{max_tokens} tokens ({sum(r.truncated for r in rows)} cut before their first "
+            "reply); raise warm_start.max_tokens or shorten the prompts and tools"
+        )
     say(
         f"warm start: {len(rows)} demonstrations ({reply_tokens} reply tokens, "
         f"{sum(r.truncated for r in rows)} cut at {max_tokens} tokens); {w.steps} steps of "
@@ -537,7 +533,8 @@ def _build(
         max_grad_norm=w.max_grad_norm, seed=w.seed, pad_id=int(tokenizer.pad_token_id),
         share_prefix=w.share_prefix, progress=progress,
     )  # fmt: skip
-    if w.lora:
+    adapter = adapter_tensors(model) if w.lora else {}
+    if w.lora:  # the entry holds the adapter; measured on the merged model, as it loads
         model = model.merge_and_unload()  # W + (alpha / r) B A: a plain model again
     model.requires_grad_(False)
     seconds = time.perf_counter() - t0
@@ -555,20 +552,21 @@ def _build(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "measured": measured,
+        "weights": weights_file(w),
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        record["sha256"] = file_sha256(tmp / WEIGHTS_FILE)
-        (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    if w.lora:
+        record["adapter"] = lora_options(dataclasses.replace(cfg.model, lora=True))
+
+    def write(directory: Path) -> None:
+        if w.lora:
+            from safetensors.torch import save_file
+
+            save_file(adapter, str(directory / ADAPTER_FILE))
+        else:
+            model.save_pretrained(directory, safe_serialization=True)
+            tokenizer.save_pretrained(directory)
+
+    write_entry(target, write, record)
     for task, m in measured.items():
         say(
             f"warm start: {task}: entropy {m['entropy']:.3f} nats/token, sampled reward "
