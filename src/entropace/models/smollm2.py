@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -234,5 +235,25 @@ def ensure_smollm2() -> Path:
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise ModelFileError(f"{target} is not a model directory entropace wrote; delete it")
     if target.is_dir() and any(target.iterdir()):
+        if _unrecorded_conversion(target):
+            # converted by an entropace from before the record: replaced by a conversion of
+            # the pinned wheel (its files are entropace's cache, not the user's)
+            _log(f"{target}: converted before conversions were recorded; converting again")
+            shutil.rmtree(target)
+            return convert(target)
         return verify_converted(target)
     return convert(target)
+
+
+def _unrecorded_conversion(directory: Path) -> bool:
+    """A conversion written before :data:`RECORD_FILE` existed: no record, only regular files,
+    and a ``config.json`` beside ``*.safetensors`` (anything else is refused by
+    :func:`verify_converted`)."""
+    entries = list(directory.iterdir())
+    names = {p.name for p in entries}
+    return (
+        RECORD_FILE not in names
+        and "config.json" in names
+        and any(n.endswith(".safetensors") for n in names)
+        and all(p.is_file() and not p.is_symlink() for p in entries)
+    )

@@ -75,7 +75,7 @@ def build_model(cfg: Any) -> tuple[Any, Any, str]:
     from entropace.train.warm_store import is_adapter_entry, load_adapter_entry
 
     if is_adapter_entry(cfg.name):  # a LoRA warm start: its base with the adapter merged
-        return load_adapter_entry(cfg, build_model)
+        return load_adapter_entry(cfg, build_model, lora_options(cfg))
     device = resolve_device(cfg.device)
     try:
         model, tokenizer = MODEL_LOADERS.get(cfg.name, _load_hf)(cfg, device)

@@ -196,13 +196,14 @@ def is_adapter_entry(name: str) -> bool:
 
 
 def load_adapter_entry(
-    cfg: Any, build: Callable[[Any], tuple[Any, Any, str]]
+    cfg: Any, build: Callable[[Any], tuple[Any, Any, str]], lora: dict[str, Any] | None = None
 ) -> tuple[Any, Any, str]:
     """``(model, tokenizer, device)`` of the model section ``cfg`` whose ``name`` is a LoRA warm
     start's directory: the base model of its record built by ``build`` (as the model section
     would build it, without LoRA), the adapter checked against the record's sha256 and merged
     into the weights (``W + (alpha / r) B A``, exactly as the build merged it), then the
-    section's own LoRA adapter on top when ``cfg.lora``."""
+    section's own LoRA adapter on top: ``lora``, its options
+    (:func:`entropace.train.policy.lora_options`), None without one."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -236,10 +237,8 @@ def load_adapter_entry(
     peft_model.load_state_dict(tensors, strict=False)
     model = peft_model.merge_and_unload()
     model.requires_grad_(True)
-    if cfg.lora:
-        from entropace.train.policy import lora_options
-
-        model = apply_lora(model, lora_options(cfg))
+    if lora is not None:
+        model = apply_lora(model, lora)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.eval()
