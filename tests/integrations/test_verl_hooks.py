@@ -200,3 +200,18 @@ def test_padding_rows_enter_no_statistic() -> None:
     assert torch.equal(padded.batch["entropace_eps_low"][5], padded.batch["entropace_eps_low"][0])
     with pytest.raises(ValueError, match="one entry per row"):
         b.on_old_log_prob(_batch(1), valid=[True])
+
+
+def test_the_shuffled_control_is_seeded_by_the_run() -> None:
+    """Issue 35: the pacer's seed is ``entropace.seed``, else verl's ``data.seed``, 0 when that
+    is null (verl's default); anything else is an error naming the keys."""
+    from omegaconf import OmegaConf
+
+    cfg = _config("eppo", {"algorithm": "eppo-shuffled"})
+    assert settings_from_config(cfg).clip.seed == 0
+    cfg = OmegaConf.merge(cfg, {"data": {"seed": 7}})
+    assert settings_from_config(cfg).clip.seed == 7
+    cfg = OmegaConf.merge(cfg, {"entropace": {"seed": 11}})
+    assert settings_from_config(cfg).clip.seed == 11
+    with pytest.raises(ValueError, match=r"entropace.seed \(or data.seed\) must be an int"):
+        settings_from_config(OmegaConf.merge(cfg, {"entropace": {"seed": "x"}}))

@@ -98,7 +98,8 @@ def settings_from_config(config: Any) -> HookSettings:
     ``algorithm`` (a recipe name) and ``options`` (nested overrides of the recipe, e.g.
     ``{"pacer": {"alpha": 0.5}, "polarity": {"lam": 0.3}}``), validated by
     :func:`entropace.train.algorithms.algorithm_config`, and ``seed`` (the run's seed, which
-    seeds the shuffled-pacer control's permutations; default verl's ``data.seed``, else 0).
+    seeds the shuffled-pacer control's permutations; default verl's ``data.seed``, 0 when that
+    is null).
 
     Raises:
         ValueError: a loss_mode the entropace trainer does not drive, or a clip rule that needs
@@ -131,7 +132,10 @@ def settings_from_config(config: Any) -> HookSettings:
         )
     low, high = mode.widths(actor)
     width = algorithms.clip_settings(a).width  # the loss's (the PPO family's if it has none)
-    seed = section.get("seed", _plain(config.get("data", None) or {}).get("seed", 0))
+    seed = section.get("seed")
+    if seed is None:  # verl's data.seed may be null (its default config)
+        seed = _plain(config.get("data", None) or {}).get("seed")
+    seed = 0 if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"entropace.seed (or data.seed) must be an int, got {seed!r}")
     settings = ClipSettings(
