@@ -1,5 +1,5 @@
 """Evidence IV's arms, pilots and seeds: the one definition that the runner (``grid.py``), the
-analysis (``analyse.py``) and the test of the arms (``tests/test_evidence4_arms.py``) read.
+analysis (``analyse.py``) and the test of the arms (``tests/test_evidence4.py``) read.
 
 Every arm is ``entropace train --preset lab3`` with a recipe and overrides. Each arm names its
 comparator and the lever it changes against it; the test resolves both configs and checks that
